@@ -1,0 +1,3 @@
+module cmbnode
+
+go 1.26.6
