@@ -1,0 +1,308 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Key layout. One byte of prefix per keyspace; index keys embed the record
+// key so that every index entry can be traced back to its record by Check.
+// 0x00 separates variable-length parts, which is why Validate refuses NUL.
+const (
+	pRec      = 'r' // r key                          → record value
+	pTime     = 'T' // T be64(createdAt) key          → ∅
+	pGroup    = 'G' // G group 0 be64(createdAt) key  → ∅
+	pAuthor   = 'A' // A author 0 be64(createdAt) key → ∅
+	pChild    = 'C' // C parent 0 child               → ∅
+	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
+	pPeer     = 'P' // P nodeId                       → peer JSON
+	pMeta     = 'M' // M name                         → store metadata
+	recFormat = 1
+
+	maxKeyLen = 256
+)
+
+func recKey(k string) []byte { return append([]byte{pRec}, k...) }
+
+// be64 maps int64 onto uint64 so that byte order equals numeric order, also
+// for negative (pre-1970 or garbage) timestamps.
+func appendTS(b []byte, ms int64) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(ms)^(1<<63))
+}
+
+func readTS(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ (1 << 63)) }
+
+func timeKey(ms int64, k string) []byte {
+	b := make([]byte, 0, 9+len(k))
+	b = append(b, pTime)
+	b = appendTS(b, ms)
+	return append(b, k...)
+}
+
+func namedTimeKey(p byte, name string, ms int64, k string) []byte {
+	b := make([]byte, 0, 11+len(name)+len(k))
+	b = append(b, p)
+	b = append(b, name...)
+	b = append(b, 0)
+	b = appendTS(b, ms)
+	return append(b, k...)
+}
+
+func edgeKey(p byte, from, to string) []byte {
+	b := make([]byte, 0, 2+len(from)+len(to))
+	b = append(b, p)
+	b = append(b, from...)
+	b = append(b, 0)
+	return append(b, to...)
+}
+
+func edgePrefix(p byte, from string) []byte {
+	b := make([]byte, 0, 2+len(from))
+	b = append(b, p)
+	b = append(b, from...)
+	return append(b, 0)
+}
+
+// indexKeys lists every index key a record owns (not the record key itself).
+func indexKeys(e *Entry) [][]byte {
+	keys := make([][]byte, 0, 3+len(e.Parents)+len(e.Ancestors))
+	keys = append(keys, timeKey(e.CreatedAt, e.Key))
+	keys = append(keys, namedTimeKey(pGroup, e.Group, e.CreatedAt, e.Key))
+	keys = append(keys, namedTimeKey(pAuthor, e.CreatedBy, e.CreatedAt, e.Key))
+	for _, p := range e.Parents {
+		keys = append(keys, edgeKey(pChild, p, e.Key))
+	}
+	for _, a := range refTargets(e) {
+		keys = append(keys, edgeKey(pRefBy, a, e.Key))
+	}
+	return keys
+}
+
+// refTargets is ancestors ∪ parents without duplicates: everything whose
+// deletion this record's lineage forbids.
+func refTargets(e *Entry) []string {
+	out := make([]string, 0, len(e.Ancestors)+len(e.Parents))
+	seen := make(map[string]struct{}, len(e.Ancestors)+len(e.Parents))
+	for _, l := range [2][]string{e.Ancestors, e.Parents} {
+		for _, a := range l {
+			if _, ok := seen[a]; ok {
+				continue
+			}
+			seen[a] = struct{}{}
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Validate reports why an entry cannot be stored, or nil.
+func (e *Entry) Validate() error {
+	if err := checkName("key", e.Key, false); err != nil {
+		return err
+	}
+	if err := checkName("createdBy", e.CreatedBy, true); err != nil {
+		return err
+	}
+	if err := checkName("group", e.Group, true); err != nil {
+		return err
+	}
+	for _, p := range e.Parents {
+		if err := checkName("parent", p, false); err != nil {
+			return err
+		}
+		if p == e.Key {
+			return fmt.Errorf("%w: %s lists itself as a parent", ErrInvalid, e.Key)
+		}
+	}
+	for _, a := range e.Ancestors {
+		if err := checkName("ancestor", a, false); err != nil {
+			return err
+		}
+		if a == e.Key {
+			return fmt.Errorf("%w: %s lists itself as an ancestor", ErrInvalid, e.Key)
+		}
+	}
+	return nil
+}
+
+func checkName(what, v string, emptyOK bool) error {
+	switch {
+	case v == "" && !emptyOK:
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	case len(v) > maxKeyLen:
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, maxKeyLen)
+	case strings.IndexByte(v, 0) >= 0:
+		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalid, what)
+	}
+	return nil
+}
+
+const (
+	flVerified = 1 << iota
+	flDecrypted
+	flDirected
+	flKept
+)
+
+// encodeRecord lays a record out as: format, flags, storedAt, source,
+// createdBy, createdAt, group, to, parents, ancestors, 7 texts, raw. The key
+// is not repeated: it is the badger key.
+func encodeRecord(r *Record) []byte {
+	n := 32 + len(r.Meta.Source) + len(r.CreatedBy) + len(r.Group) + len(r.To) + len(r.Raw)
+	for _, p := range r.Parents {
+		n += len(p) + 2
+	}
+	for _, a := range r.Ancestors {
+		n += len(a) + 2
+	}
+	for _, t := range r.Texts {
+		n += len(t) + 3
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recFormat, metaFlags(r.Meta))
+	b = binary.AppendVarint(b, r.Meta.StoredAt.UnixNano())
+	b = appendStr(b, r.Meta.Source)
+	b = appendStr(b, r.CreatedBy)
+	b = binary.AppendVarint(b, r.CreatedAt)
+	b = appendStr(b, r.Group)
+	b = appendStr(b, r.To)
+	b = appendList(b, r.Parents)
+	b = appendList(b, r.Ancestors)
+	for _, t := range r.Texts {
+		b = appendStr(b, t)
+	}
+	return append(b, r.Raw...)
+}
+
+func metaFlags(m Meta) byte {
+	var f byte
+	if m.Verified {
+		f |= flVerified
+	}
+	if m.Decrypted {
+		f |= flDecrypted
+	}
+	if m.Directed {
+		f |= flDirected
+	}
+	if m.Kept {
+		f |= flKept
+	}
+	return f
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendList(b []byte, l []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(l)))
+	for _, s := range l {
+		b = appendStr(b, s)
+	}
+	return b
+}
+
+var errShort = errors.New("truncated record value")
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) list() []string {
+	n := r.uvarint()
+	if r.err != nil || n == 0 {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+		return nil
+	}
+	l := make([]string, n)
+	for i := range l {
+		l[i] = r.str()
+	}
+	return l
+}
+
+// decodeRecord parses a record value. withRaw=false skips copying Raw, for
+// callers that only need lineage or texts.
+func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
+	var rec Record
+	if len(v) < 2 {
+		return rec, errShort
+	}
+	if v[0] != recFormat {
+		return rec, fmt.Errorf("unknown record format %d", v[0])
+	}
+	fl := v[1]
+	r := reader{b: v[2:]}
+	rec.Key = key
+	rec.Meta.StoredAt = time.Unix(0, r.varint())
+	rec.Meta.Source = r.str()
+	rec.Meta.Verified = fl&flVerified != 0
+	rec.Meta.Decrypted = fl&flDecrypted != 0
+	rec.Meta.Directed = fl&flDirected != 0
+	rec.Meta.Kept = fl&flKept != 0
+	rec.CreatedBy = r.str()
+	rec.CreatedAt = r.varint()
+	rec.Group = r.str()
+	rec.To = r.str()
+	rec.Parents = r.list()
+	rec.Ancestors = r.list()
+	for i := range rec.Texts {
+		rec.Texts[i] = r.str()
+	}
+	if r.err != nil {
+		return rec, r.err
+	}
+	if withRaw {
+		rec.Raw = append([]byte(nil), r.b...)
+	}
+	return rec, nil
+}

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// PurgeResult reports what a purge did.
+type PurgeResult struct {
+	Expired   int // records past the cutoff
+	Deleted   int
+	Protected int // expired but kept: marked Kept or referenced by a surviving record's lineage
+}
+
+// Purge deletes records older than olderThan (by createdAt, against the
+// store's clock). See PurgeBefore.
+func (s *Store) Purge(ctx context.Context, olderThan time.Duration) (PurgeResult, error) {
+	return s.PurgeBefore(ctx, s.opts.Now().Add(-olderThan).UnixMilli())
+}
+
+// PurgeBefore deletes records created before cutoffMs, except those marked
+// Kept and those named in the parents or ancestors of any record that
+// survives (spec §6.3 graph integrity). Protection is recomputed on every
+// call, so an ancestor becomes purgeable once its last descendant is gone.
+func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, error) {
+	var res PurgeResult
+	type cand struct {
+		rec       Record
+		protected bool
+	}
+	cands := map[string]*cand{}
+	err := s.Scan(ctx, Window{AnyGroup: true, To: cutoffMs}, func(kt KeyTime) error {
+		rec, err := s.GetLineage(ctx, kt.Key)
+		if err != nil {
+			return err
+		}
+		cands[kt.Key] = &cand{rec: rec}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("purge: listing expired records: %w", err)
+	}
+	res.Expired = len(cands)
+
+	// Seed protection with kept records and those referenced from outside
+	// the expired set, then let protection flow down each protected
+	// record's lineage.
+	var queue []*cand
+	for k, c := range cands {
+		if c.rec.Meta.Kept {
+			c.protected = true
+			queue = append(queue, c)
+			continue
+		}
+		refs, err := s.ReferencedBy(ctx, k)
+		if err != nil {
+			return res, fmt.Errorf("purge: %w", err)
+		}
+		for _, r := range refs {
+			if _, expired := cands[r]; !expired {
+				c.protected = true
+				queue = append(queue, c)
+				break
+			}
+		}
+	}
+	for len(queue) > 0 {
+		c := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, a := range refTargets(&c.rec.Entry) {
+			if ac, ok := cands[a]; ok && !ac.protected {
+				ac.protected = true
+				queue = append(queue, ac)
+			}
+		}
+	}
+
+	var doomed []Record
+	for _, c := range cands {
+		if c.protected {
+			res.Protected++
+		} else {
+			doomed = append(doomed, c.rec)
+		}
+	}
+	// Descendants before ancestors: a descendant's lineage is a strict
+	// superset of its ancestor's, so longer lineage goes first. Each delete
+	// re-checks for surviving referencers, and this order means a record
+	// whose delete is skipped still protects everything it names.
+	sort.Slice(doomed, func(i, j int) bool {
+		a, b := len(doomed[i].Ancestors)+len(doomed[i].Parents), len(doomed[j].Ancestors)+len(doomed[j].Parents)
+		if a != b {
+			return a > b
+		}
+		return doomed[i].CreatedAt > doomed[j].CreatedAt
+	})
+	const chunk = 128
+	for start := 0; start < len(doomed); start += chunk {
+		part := doomed[start:min(start+chunk, len(doomed))]
+		jobs := make([]*job, len(part))
+		deleted := make([]bool, len(part))
+		for i := range part {
+			jobs[i] = s.deleteJob(ctx, part[i].Key, &deleted[i])
+		}
+		errs, err := s.submit(ctx, jobs)
+		if err != nil {
+			return res, fmt.Errorf("purge: %w", err)
+		}
+		for i, e := range errs {
+			if e != nil {
+				return res, fmt.Errorf("purge: deleting %s: %w", part[i].Key, e)
+			}
+			if deleted[i] {
+				res.Deleted++
+			} else {
+				res.Protected++
+			}
+		}
+	}
+	return res, nil
+}
+
+// deleteJob removes one record and its index entries unless, at commit time,
+// it is kept or some stored record still references it (a descendant may
+// have arrived since the purge looked).
+func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
+	return newJob(ctx, 1024, func(txn *badger.Txn) (func(), error) {
+		it, err := txn.Get(recKey(key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var rec Record
+		if err := it.Value(func(v []byte) error {
+			var derr error
+			rec, derr = decodeRecord(key, v, false)
+			return derr
+		}); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
+		}
+		if rec.Meta.Kept {
+			return nil, nil
+		}
+		prefix := edgePrefix(pRefBy, key)
+		iter := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		iter.Rewind()
+		referenced := iter.Valid()
+		iter.Close()
+		if referenced {
+			return nil, nil
+		}
+		if err := txn.Delete(recKey(key)); err != nil {
+			return nil, err
+		}
+		for _, k := range indexKeys(&rec.Entry) {
+			if err := txn.Delete(k); err != nil {
+				return nil, err
+			}
+		}
+		*deleted = true
+		terms := analyze(rec.Texts)
+		return func() {
+			s.idx.remove([]string{key}, []docTerms{terms})
+			s.count.Add(-1)
+		}, nil
+	})
+}

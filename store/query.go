@@ -1,0 +1,303 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Get returns the record stored under key, Raw byte for byte as received.
+func (s *Store) Get(ctx context.Context, key string) (Record, error) {
+	return s.get(ctx, key, true)
+}
+
+// GetLineage is Get without Raw, for graph walks that touch many records.
+func (s *Store) GetLineage(ctx context.Context, key string) (Record, error) {
+	return s.get(ctx, key, false)
+}
+
+func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, error) {
+	if s.closed.Load() {
+		return Record{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	var rec Record
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(recKey(key))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			var derr error
+			rec, derr = decodeRecord(key, v, withRaw)
+			if derr != nil {
+				return fmt.Errorf("%w: %v", ErrCorrupted, derr)
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("reading %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Has reports whether key is stored.
+func (s *Store) Has(ctx context.Context, key string) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	err := s.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(recKey(key))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// Window selects records by creation time, optionally within one group or by
+// one author (not both).
+type Window struct {
+	Group  string // "" = any group
+	Author string // "" = any author; uses the author index
+	// AnyGroup must be set to scan every group; it keeps a forgotten Group
+	// from silently meaning "everything". Ignored when Author is set.
+	AnyGroup bool
+	From     int64 // inclusive, ms; 0 = from the beginning
+	To       int64 // exclusive, ms; 0 = no upper bound
+	Limit    int   // 0 = no limit
+	Reverse  bool  // newest first
+}
+
+// KeyTime is one index entry.
+type KeyTime struct {
+	Key       string
+	CreatedAt int64
+}
+
+// Scan calls fn for each record key in the window, ordered by (createdAt,
+// key), ascending unless Reverse. fn returning an error stops the scan.
+func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	var prefix []byte
+	switch {
+	case w.Author != "" && w.Group != "":
+		return errors.New("scan: choose a group or an author, not both")
+	case w.Author != "":
+		prefix = append(append([]byte{pAuthor}, w.Author...), 0)
+	case w.Group != "" || !w.AnyGroup:
+		prefix = append(append([]byte{pGroup}, w.Group...), 0)
+	default:
+		prefix = []byte{pTime}
+	}
+	from := appendTS(append([]byte(nil), prefix...), w.From)
+	to := w.To
+	if to == 0 {
+		to = math.MaxInt64
+	}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: w.Reverse})
+		defer it.Close()
+		if w.Reverse {
+			it.Seek(appendTS(append([]byte(nil), prefix...), to))
+		} else {
+			it.Seek(from)
+		}
+		n := 0
+		for ; it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := it.Item().Key()[len(prefix):]
+			ts := readTS(k)
+			if ts >= to {
+				if w.Reverse {
+					continue
+				}
+				break
+			}
+			if ts < w.From {
+				if w.Reverse {
+					break
+				}
+				continue
+			}
+			if err := fn(KeyTime{Key: string(k[8:]), CreatedAt: ts}); err != nil {
+				return err
+			}
+			n++
+			if w.Limit > 0 && n >= w.Limit {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scanning records: %w", err)
+	}
+	return nil
+}
+
+// KeysSince lists the keys of a group created at or after sinceMs, oldest
+// first: what a peer asks for on (re)connect.
+func (s *Store) KeysSince(ctx context.Context, group string, sinceMs int64, limit int) ([]KeyTime, error) {
+	var out []KeyTime
+	err := s.Scan(ctx, Window{Group: group, From: sinceMs, Limit: limit}, func(kt KeyTime) error {
+		out = append(out, kt)
+		return nil
+	})
+	return out, err
+}
+
+// Recent lists the newest keys of a group, newest first.
+func (s *Store) Recent(ctx context.Context, group string, limit int) ([]KeyTime, error) {
+	var out []KeyTime
+	err := s.Scan(ctx, Window{Group: group, Limit: limit, Reverse: true}, func(kt KeyTime) error {
+		out = append(out, kt)
+		return nil
+	})
+	return out, err
+}
+
+// Bucket summarises the records of one time bucket so two peers can find
+// where their holdings differ without exchanging every key.
+type Bucket struct {
+	Start  int64 // ms, inclusive
+	Count  int
+	Digest [32]byte // SHA-256 over LP(key) of each key in (createdAt, key) order
+}
+
+// Buckets summarises a group's records in [from, to) in buckets of widthMs.
+// Empty buckets are omitted. Equal buckets on two peers hold equal key sets.
+func (s *Store) Buckets(ctx context.Context, group string, from, to, widthMs int64) ([]Bucket, error) {
+	if widthMs <= 0 {
+		return nil, fmt.Errorf("buckets: width must be positive, got %d", widthMs)
+	}
+	var out []Bucket
+	var cur *Bucket
+	h := sha256.New()
+	var lp []byte
+	flush := func() {
+		if cur != nil {
+			copy(cur.Digest[:], h.Sum(nil))
+			out = append(out, *cur)
+			h.Reset()
+		}
+	}
+	err := s.Scan(ctx, Window{Group: group, From: from, To: to}, func(kt KeyTime) error {
+		start := kt.CreatedAt - mod(kt.CreatedAt, widthMs)
+		if cur == nil || cur.Start != start {
+			flush()
+			cur = &Bucket{Start: start}
+		}
+		cur.Count++
+		lp = strconv.AppendInt(lp[:0], int64(len(kt.Key)), 10)
+		lp = append(lp, ':')
+		lp = append(lp, kt.Key...)
+		h.Write(lp)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	flush()
+	return out, nil
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// Children lists the stored records that name key as a direct parent.
+func (s *Store) Children(ctx context.Context, key string) ([]string, error) {
+	return s.edges(ctx, pChild, key)
+}
+
+// ReferencedBy lists the stored records whose lineage (parents or
+// ancestors) names key: the records that keep it from being purged.
+func (s *Store) ReferencedBy(ctx context.Context, key string) ([]string, error) {
+	return s.edges(ctx, pRefBy, key)
+}
+
+func (s *Store) edges(ctx context.Context, p byte, key string) ([]string, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	prefix := edgePrefix(p, key)
+	var out []string
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			out = append(out, string(bytes.Clone(it.Item().Key()[len(prefix):])))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing edges of %s: %w", key, err)
+	}
+	return out, nil
+}
+
+// MarkKept sets or clears the Kept flag, which exempts a record from
+// age-based purge (spec §6.3 Canon tier).
+func (s *Store) MarkKept(ctx context.Context, key string, kept bool) error {
+	j := newJob(ctx, 256, func(txn *badger.Txn) (func(), error) {
+		it, err := txn.Get(recKey(key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, err := it.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) < 2 {
+			return nil, fmt.Errorf("%w: record %s too short", ErrCorrupted, key)
+		}
+		if kept {
+			v[1] |= flKept
+		} else {
+			v[1] &^= flKept
+		}
+		return nil, txn.Set(recKey(key), v)
+	})
+	errs, err := s.submit(ctx, []*job{j})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		return fmt.Errorf("marking %s kept=%t: %w", key, kept, err)
+	}
+	return nil
+}

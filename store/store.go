@@ -1,0 +1,337 @@
+// Package store keeps CMB records, their indexes, the text index and the peer
+// roster in badger. It deliberately knows nothing about the wire record type:
+// the node layer maps each record onto an Entry and keeps the received bytes
+// in Entry.Raw, which the store returns unchanged.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// NumFields is the number of CAT7 fields a record carries.
+const NumFields = 7
+
+// FieldNames lists the seven fields in the order used by Entry.Texts and
+// SearchOptions.FieldWeights (the protocol's hash order).
+func FieldNames() [NumFields]string {
+	return [NumFields]string{"focus", "issue", "intent", "motivation", "commitment", "perspective", "mood"}
+}
+
+// Entry is what the node layer hands the store for one record.
+type Entry struct {
+	Key       string
+	CreatedBy string
+	CreatedAt int64 // author's Unix time in ms
+	Group     string
+	To        string
+	Parents   []string
+	Ancestors []string
+	// Texts are the field texts in FieldNames order; they feed the text index.
+	Texts [NumFields]string
+	// Raw is the record exactly as received; Get returns it byte for byte.
+	Raw []byte
+}
+
+// Meta is receiver-local bookkeeping that never goes on the wire.
+type Meta struct {
+	StoredAt  time.Time
+	Source    string // peer nodeId, or "local"
+	Verified  bool
+	Decrypted bool
+	Directed  bool
+	// Kept exempts the record from age-based purge (e.g. validated/canonical).
+	Kept bool
+}
+
+// Record is a stored entry with its local metadata.
+type Record struct {
+	Entry
+	Meta Meta
+}
+
+// Options tunes Open. The zero value is usable.
+type Options struct {
+	// Home names the node's home directory in error messages (defaults to the
+	// parent of the store directory).
+	Home string
+	// Logger receives badger's warnings and errors; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock used for StoredAt defaults and age-based purge.
+	Now func() time.Time
+	// MaxBatch caps how many pending writes share one commit (default 1024).
+	MaxBatch int
+	// BlockCacheBytes sizes badger's block cache (default 32 MiB).
+	BlockCacheBytes int64
+	// MemTableBytes sizes each badger memtable (default 16 MiB).
+	MemTableBytes int64
+}
+
+// Errors returned by Open and the accessors. Open's errors wrap one of the
+// first three so callers can pick an exit message with errors.Is.
+var (
+	ErrLocked     = errors.New("store is locked by another process")
+	ErrPermission = errors.New("permission denied opening store")
+	ErrCorrupted  = errors.New("store is corrupted")
+	ErrNotFound   = errors.New("record not found")
+	ErrClosed     = errors.New("store is closed")
+	ErrInvalid    = errors.New("invalid entry")
+)
+
+const formatVersion = "cmbnode-store-1"
+
+// Store is an open store. All methods are safe for concurrent use.
+type Store struct {
+	db   *badger.DB
+	dir  string
+	opts Options
+
+	jobs    chan *job
+	closing chan struct{}
+	wdone   chan struct{}
+	// writeMu is held by the writer around each commit and its index update,
+	// so Check can observe records and the in-memory index at one instant.
+	writeMu sync.Mutex
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	count     atomic.Int64
+
+	idx *textIndex
+}
+
+// Open opens (creating if needed) the store in dir. It refuses to open a
+// store another process holds and reports why in terms a user can act on.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.Home == "" {
+		opts.Home = filepath.Dir(filepath.Clean(dir))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1024
+	}
+	if opts.BlockCacheBytes <= 0 {
+		opts.BlockCacheBytes = 32 << 20
+	}
+	if opts.MemTableBytes <= 0 {
+		opts.MemTableBytes = 16 << 20
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("creating store directory: %w", err))
+	}
+
+	bo := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{opts.Logger}).
+		// Acknowledged means durable: every commit syncs the WAL. Concurrent
+		// puts share commits through the writer goroutine, so this costs one
+		// sync per batch rather than per record.
+		WithSyncWrites(true).
+		// Only the writer goroutine writes, so conflict tracking is wasted work.
+		WithDetectConflicts(false).
+		WithCompression(options.ZSTD).
+		WithZSTDCompressionLevel(1).
+		WithBlockSize(16 << 10).
+		WithBlockCacheSize(opts.BlockCacheBytes).
+		WithMemTableSize(opts.MemTableBytes).
+		WithNumMemtables(3).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithNumCompactors(2).
+		WithValueLogFileSize(64 << 20).
+		WithMetricsEnabled(false)
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, classifyOpenErr(dir, opts.Home, err)
+	}
+	s := &Store{
+		db:      db,
+		dir:     dir,
+		opts:    opts,
+		jobs:    make(chan *job, 4096),
+		closing: make(chan struct{}),
+		wdone:   make(chan struct{}),
+		idx:     newTextIndex(),
+	}
+	if err := s.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.load(context.Background()); err != nil {
+		db.Close()
+		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading records: %w", err))
+	}
+	go s.writer()
+	return s, nil
+}
+
+func classifyOpenErr(dir, home string, err error) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) ||
+		strings.Contains(msg, "Cannot acquire directory lock"):
+		return fmt.Errorf("%w: %s is in use (home %s); a cmbnode daemon may already be running with this home — stop it or use another --home: %v",
+			ErrLocked, dir, home, err)
+	case errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "permission denied"):
+		return fmt.Errorf("%w: %s (home %s): check the directory's owner and mode: %v", ErrPermission, dir, home, err)
+	case errors.Is(err, ErrCorrupted):
+		return err
+	default:
+		return fmt.Errorf("%w: opening %s (home %s) failed; restore from a peer or move the directory aside: %v",
+			ErrCorrupted, dir, home, err)
+	}
+}
+
+func (s *Store) checkFormat() error {
+	key := []byte{pMeta, 'v'}
+	return s.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set(key, []byte(formatVersion))
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
+		}
+		v, err := it.ValueCopy(nil)
+		if err != nil {
+			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
+		}
+		if string(v) != formatVersion {
+			return fmt.Errorf("%w: %s has format %q, this build reads %q", ErrCorrupted, s.dir, v, formatVersion)
+		}
+		return nil
+	})
+}
+
+// load counts records and rebuilds the in-memory text index from them.
+func (s *Store) load(ctx context.Context) error {
+	var n int64
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			item := it.Item()
+			var rec Record
+			err := item.Value(func(v []byte) error {
+				var err error
+				rec, err = decodeRecord(string(item.Key()[1:]), v, false)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
+			}
+			s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+			n++
+		}
+		return nil
+	})
+	s.count.Store(n)
+	return err
+}
+
+// Close flushes and closes the store. Pending puts are committed first.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.closing)
+		<-s.wdone
+		if cerr := s.db.Close(); cerr != nil {
+			err = fmt.Errorf("closing store %s: %w", s.dir, cerr)
+		}
+	})
+	return err
+}
+
+// Dir is the directory the store lives in.
+func (s *Store) Dir() string { return s.dir }
+
+// Count is the number of stored records.
+func (s *Store) Count() int { return int(s.count.Load()) }
+
+// Stats describes the store for status output and benchmarks.
+type Stats struct {
+	Records   int
+	Peers     int
+	Terms     int
+	LSMBytes  int64
+	VLogBytes int64
+	// DiskBytes is the allocated size of every file in the store directory.
+	DiskBytes int64
+}
+
+// Stats reports counts and sizes.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{Records: s.Count(), Terms: s.idx.termCount()}
+	st.LSMBytes, st.VLogBytes = s.db.Size()
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pPeer}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			st.Peers++
+		}
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("counting peers: %w", err)
+	}
+	st.DiskBytes, err = DirDiskBytes(s.dir)
+	return st, err
+}
+
+// DirDiskBytes sums the blocks allocated to the files under dir (sparse
+// preallocated files count only what they use).
+func DirDiskBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		} else {
+			total += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measuring %s: %w", dir, err)
+	}
+	return total, nil
+}
+
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	if b.l != nil {
+		b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+	}
+}
+func (b badgerLogger) Warningf(f string, a ...any) {
+	if b.l != nil {
+		b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+	}
+}
+func (b badgerLogger) Infof(string, ...any)  {}
+func (b badgerLogger) Debugf(string, ...any) {}

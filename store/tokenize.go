@@ -1,0 +1,139 @@
+package store
+
+import (
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Tokenize turns text into search terms: case-folded (full Unicode folding),
+// NFC-normalised, split on Unicode word boundaries. The segmentation follows
+// the word rules of UAX #29 that matter for search, without a dictionary:
+//   - runs of letters, marks, digits and connector punctuation form a word;
+//   - an apostrophe, middle dot, colon or full stop between two letters, and
+//     a comma, full stop or semicolon between two digits, stay inside it
+//     ("can't", "3.14", "1,000");
+//   - Han, Hiragana and other scripts written without spaces yield one term
+//     per character, as UAX #29 breaks between ideographs;
+//   - everything else (space, punctuation, symbols, emoji) separates words.
+func Tokenize(text string) []string {
+	var out []string
+	tokenize(text, func(t string) { out = append(out, t) })
+	return out
+}
+
+func tokenize(text string, emit func(string)) {
+	if text == "" {
+		return
+	}
+	// A Caser carries state, so each call gets its own.
+	s := norm.NFC.String(cases.Fold().String(text))
+	start := -1
+	var prev rune
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case isIdeo(r):
+			if start >= 0 {
+				emit(s[start:i])
+				start = -1
+			}
+			emit(s[i : i+n])
+		case isWordRune(r):
+			if start < 0 {
+				start = i
+			}
+		case start >= 0 && isMid(r, prev, s[i+n:]):
+			// stays inside the word; the next rune continues it
+		case start >= 0 && isFormat(r):
+			// joiners and format controls never split a word
+		default:
+			if start >= 0 {
+				emit(s[start:i])
+				start = -1
+			}
+		}
+		prev = r
+		i += n
+	}
+	if start >= 0 {
+		emit(s[start:])
+	}
+}
+
+func isWordRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) ||
+		unicode.Is(unicode.Mc, r) || unicode.Is(unicode.Me, r) || unicode.Is(unicode.Nl, r) ||
+		unicode.Is(unicode.No, r) || unicode.Is(unicode.Pc, r)
+}
+
+func isIdeo(r rune) bool {
+	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
+		unicode.Is(unicode.Thai, r) || unicode.Is(unicode.Lao, r) || unicode.Is(unicode.Khmer, r) ||
+		unicode.Is(unicode.Myanmar, r)
+}
+
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
+
+// isMid reports whether r, found after prev inside a word, joins prev to the
+// rune that follows it (UAX #29 WB6/7 and WB11/12).
+func isMid(r, prev rune, rest string) bool {
+	next, n := utf8.DecodeRuneInString(rest)
+	if n == 0 {
+		return false
+	}
+	letter := func(c rune) bool { return unicode.IsLetter(c) && !isIdeo(c) }
+	switch r {
+	case '\'', '\u2019', '.', '\u00b7', ':', '\u2027', '\ufe13', '\ufe55', '\uff1a', '\uff07', '\uff0e', '\u2018', '\u2024', '\ufe52':
+		if letter(prev) && letter(next) {
+			return true
+		}
+	}
+	switch r {
+	case ',', '.', ';', '\'', '\u037e', '\u066c', '\ufe50', '\ufe54', '\uff0c', '\uff1b', '\u2019', '\u2018', '\u2024', '\ufe52', '\uff07', '\uff0e':
+		if unicode.IsDigit(prev) && unicode.IsDigit(next) {
+			return true
+		}
+	}
+	return false
+}
+
+// docTerms is one record's contribution to the text index.
+type docTerms struct {
+	lens  [NumFields]uint32
+	terms []fieldTerm
+}
+
+type fieldTerm struct {
+	term  string
+	field uint8
+	tf    uint32
+}
+
+const neutralText = "neutral"
+
+func analyze(texts [NumFields]string) docTerms {
+	var d docTerms
+	for f, t := range texts {
+		if t == neutralText {
+			// The protocol's placeholder for an unfilled field says nothing
+			// about the record and would only dilute the field's statistics.
+			continue
+		}
+		counts := map[string]uint32{}
+		var order []string
+		tokenize(t, func(tok string) {
+			if counts[tok] == 0 {
+				order = append(order, tok)
+			}
+			counts[tok]++
+			d.lens[f]++
+		})
+		for _, tok := range order {
+			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: counts[tok]})
+		}
+	}
+	return d
+}
