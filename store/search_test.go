@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTokenize(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"Hello, World!", "hello world"},
+		{"can't stop; won’t stop", "can't stop won’t stop"},
+		{"pi is 3.14, not 1,000.5", "pi is 3.14 not 1,000.5"},
+		{"STRASSE Straße", "strasse strasse"}, // full case folding
+		{"Cafe\u0301 café", "café café"},       // NFC
+		{"snake_case and kebab-case", "snake_case and kebab case"},
+		{"end. Next", "end next"},
+		{"東京タワー", "東 京 タワー"}, // ideographs one by one, katakana as a word
+		{"emoji 🙂 split", "emoji split"},
+		{"ΣΊΣΥΦΟΣ", "σίσυφοσ"},
+		{"", ""},
+	} {
+		if got := strings.Join(Tokenize(c.in), " "); got != c.want {
+			t.Errorf("Tokenize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func searchKeys(t *testing.T, s *Store, q string, o SearchOptions) []string {
+	t.Helper()
+	hits, err := s.Search(context.Background(), q, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(hits))
+	for i, h := range hits {
+		out[i] = h.Key
+		if i > 0 && h.Score > hits[i-1].Score {
+			t.Fatalf("hits out of order: %+v", hits)
+		}
+	}
+	return out
+}
+
+func TestSearchRanking(t *testing.T) {
+	now := time.UnixMilli(testBase + 10*24*3600*1000)
+	s, err := Open(t.TempDir(), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var es []Entry
+	for i := range 40 {
+		es = append(es, mkEntry(fmt.Sprintf("filler%d", i), testBase+int64(i),
+			"network sync status report", "latency", "keep peers in sync", "", "", "", "calm"))
+	}
+	rare := mkEntry("rare", testBase+100, "network sync status report with zephyrine", "latency")
+	// Same words, different fields: weights decide which comes first.
+	inFocus := mkEntry("infocus", testBase+200, "quorum", "", "", "", "", "", "")
+	inMood := mkEntry("inmood", testBase+200, "", "", "", "", "", "", "quorum")
+	// Recency: identical texts, one old and one recent.
+	oldTwin := mkEntry("oldtwin", testBase, "marmalade")
+	newTwin := mkEntry("newtwin", now.UnixMilli()-1000, "marmalade")
+	other := mkEntry("othergroup", testBase+300, "zephyrine elsewhere")
+	other.Group = "g2"
+	es = append(es, rare, inFocus, inMood, oldTwin, newTwin, other)
+	if _, err := s.PutMany(context.Background(), itemsOf(es)); err != nil {
+		t.Fatal(err)
+	}
+
+	got := searchKeys(t, s, "network sync zephyrine", SearchOptions{Group: "g1"})
+	if len(got) != 10 || got[0] != rare.Key {
+		t.Fatalf("rare term did not rank its record first: %v", got)
+	}
+	if got := searchKeys(t, s, "zephyrine", SearchOptions{}); len(got) != 2 {
+		t.Fatalf("any group: %v", got)
+	}
+	if got := searchKeys(t, s, "ZEPHYRINE!", SearchOptions{Group: "g2"}); len(got) != 1 || got[0] != other.Key {
+		t.Fatalf("group filter / case folding: %v", got)
+	}
+
+	focusFirst := SearchOptions{FieldWeights: [NumFields]float64{3, 1, 1, 1, 1, 1, 1}}
+	moodFirst := SearchOptions{FieldWeights: [NumFields]float64{1, 1, 1, 1, 1, 1, 3}}
+	if got := searchKeys(t, s, "quorum", focusFirst); len(got) != 2 || got[0] != inFocus.Key {
+		t.Fatalf("focus weight: %v", got)
+	}
+	if got := searchKeys(t, s, "quorum", moodFirst); len(got) != 2 || got[0] != inMood.Key {
+		t.Fatalf("mood weight: %v", got)
+	}
+	onlyMood := SearchOptions{FieldWeights: [NumFields]float64{0, 0, 0, 0, 0, 0, 1}}
+	if got := searchKeys(t, s, "quorum", onlyMood); len(got) != 1 || got[0] != inMood.Key {
+		t.Fatalf("zero weight should exclude a field: %v", got)
+	}
+
+	// Without recency the twins tie and the newer wins the tie-break; with
+	// recency the newer one also scores strictly higher.
+	hits, _ := s.Search(context.Background(), "marmalade", SearchOptions{RecencyWeight: 1, HalfLife: 24 * time.Hour})
+	if len(hits) != 2 || hits[0].Key != newTwin.Key || hits[0].Score <= hits[1].Score || hits[0].Recency <= hits[1].Recency {
+		t.Fatalf("recency: %+v", hits)
+	}
+	// AsOf hides what did not exist yet.
+	if got := searchKeys(t, s, "marmalade", SearchOptions{AsOf: time.UnixMilli(testBase + 1)}); len(got) != 1 || got[0] != oldTwin.Key {
+		t.Fatalf("as-of: %v", got)
+	}
+	if got := searchKeys(t, s, "neutral", SearchOptions{}); len(got) != 0 {
+		t.Fatalf("the neutral placeholder should not be indexed: %v", got)
+	}
+	if got := searchKeys(t, s, "  ,,, ", SearchOptions{}); len(got) != 0 {
+		t.Fatalf("empty query: %v", got)
+	}
+	if got := searchKeys(t, s, "sync", SearchOptions{Limit: 3}); len(got) != 3 {
+		t.Fatalf("limit: %v", got)
+	}
+}
