@@ -1,0 +1,243 @@
+package cmb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"cmbnode/group"
+)
+
+// Frame type names (MMP §7.1).
+const (
+	TypeHandshake   = "handshake"
+	TypeCMB         = "cmb"
+	TypeFetch       = "cmb-fetch"
+	TypeFetchResult = "cmb-fetch-result"
+	TypePing        = "ping"
+	TypePong        = "pong"
+	TypePeerInfo    = "peer-info"
+	TypeError       = "error"
+)
+
+// ProtocolVersion is what cmbnode sends in its handshake (§14 A4).
+const ProtocolVersion = "1.1.0"
+
+// Frame is a decoded MMP frame.
+type Frame interface{ FrameType() string }
+
+// ErrDiscard marks a payload MMP says to drop silently: not JSON, not an
+// object, no string type, or a known type whose members are malformed. The
+// connection stays up (§4.1).
+var ErrDiscard = errors.New("frame discarded")
+
+// Unknown is a frame of a type this node does not speak; callers ignore it.
+type Unknown struct{ Type string }
+
+func (f *Unknown) FrameType() string { return f.Type }
+
+// Handshake is the first frame on every connection (§5.2, §20.1).
+type Handshake struct {
+	NodeID        string   `json:"nodeId"`
+	Name          string   `json:"name"`
+	Version       string   `json:"version"`
+	PublicKey     string   `json:"publicKey"`
+	E2EPublicKey  string   `json:"e2ePublicKey,omitempty"`
+	Group         string   `json:"group,omitempty"`
+	LifecycleRole string   `json:"lifecycleRole,omitempty"`
+	Extensions    []string `json:"extensions,omitempty"`
+}
+
+func (*Handshake) FrameType() string { return TypeHandshake }
+
+var semver = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`)
+
+// Validate checks a received handshake: identity grammar, key size, a version
+// in a family we speak (1.x, and the reference runtime's 0.2.x), group grammar.
+// It returns the error code to send before closing.
+func (h *Handshake) Validate() (code int, err error) {
+	if err := ValidateNodeID(h.NodeID); err != nil {
+		return CodeAuthFailed, err
+	}
+	if err := ValidateName(h.Name); err != nil {
+		return CodeAuthFailed, err
+	}
+	m := semver.FindStringSubmatch(h.Version)
+	if m == nil {
+		return CodeVersionMismatch, fmt.Errorf("handshake version %q is not x.y.z", truncate(h.Version, 32))
+	}
+	if !(m[1] == "1" || (m[1] == "0" && m[2] == "2")) {
+		return CodeVersionMismatch, fmt.Errorf("handshake version %s is not in a family this node speaks (1.x, 0.2.x)", h.Version)
+	}
+	if _, err := ParsePublicKey(h.PublicKey); err != nil {
+		return CodeAuthFailed, fmt.Errorf("handshake publicKey: %w", err)
+	}
+	if h.Group != "" {
+		if err := group.Validate(h.Group); err != nil {
+			return CodeGroupMismatch, err
+		}
+	}
+	switch h.LifecycleRole {
+	case "", "participant", "validator", "anchor":
+	default:
+		return CodeAuthFailed, fmt.Errorf("handshake lifecycleRole %q is not participant, validator or anchor", truncate(h.LifecycleRole, 32))
+	}
+	return 0, nil
+}
+
+// CMBFrame carries one record (§7.1). PublicKey and E2EPublicKey are the
+// author's keys, which cmbnode adds so members that never met the author can
+// verify it; they bind nothing by themselves (the roster pins them).
+type CMBFrame struct {
+	Timestamp    int64   `json:"timestamp"`
+	To           string  `json:"to,omitempty"`
+	Directed     bool    `json:"directed,omitempty"`
+	CMB          *Record `json:"cmb"`
+	PublicKey    string  `json:"publicKey,omitempty"`
+	E2EPublicKey string  `json:"e2ePublicKey,omitempty"`
+}
+
+func (*CMBFrame) FrameType() string { return TypeCMB }
+
+// Fetch asks a peer for the record stored under exactly Key (§7.1).
+type Fetch struct {
+	ReqID     string `json:"reqId"`
+	Key       string `json:"key"`
+	From      string `json:"from,omitempty"`
+	Timestamp int64  `json:"timestamp,omitempty"`
+}
+
+func (*Fetch) FrameType() string { return TypeFetch }
+
+// FetchResult answers a Fetch. The requester recomputes the address of CMB
+// and treats a mismatch as a miss.
+type FetchResult struct {
+	ReqID     string  `json:"reqId"`
+	Key       string  `json:"key"`
+	Found     bool    `json:"found"`
+	CMB       *Record `json:"cmb"`
+	Timestamp int64   `json:"timestamp,omitempty"`
+	// PublicKey is the author's key (cmbnode extension, as on CMBFrame).
+	PublicKey    string `json:"publicKey,omitempty"`
+	E2EPublicKey string `json:"e2ePublicKey,omitempty"`
+}
+
+func (*FetchResult) FrameType() string { return TypeFetchResult }
+
+// Ping and Pong are the heartbeat (§5.4).
+type Ping struct{}
+type Pong struct{}
+
+func (*Ping) FrameType() string { return TypePing }
+func (*Pong) FrameType() string { return TypePong }
+
+// PeerInfo gossips known peers (§5.6).
+type PeerInfo struct {
+	Peers []PeerEntry `json:"peers"`
+}
+
+// PeerEntry is one peer in a PeerInfo frame.
+type PeerEntry struct {
+	NodeID   string `json:"nodeId"`
+	Name     string `json:"name"`
+	LastSeen int64  `json:"lastSeen,omitempty"`
+	// Addrs are libp2p multiaddrs (cmbnode extension) so peers can dial each other.
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+func (*PeerInfo) FrameType() string { return TypePeerInfo }
+
+// ErrorFrame is informational; receivers never act on it as a command (§7.2).
+type ErrorFrame struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+func (*ErrorFrame) FrameType() string { return TypeError }
+
+// ParseFrame decodes one frame payload. A payload to drop silently returns an
+// error wrapping ErrDiscard; an unknown type returns *Unknown and no error.
+func ParseFrame(payload []byte) (Frame, error) {
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if len(payload) == 0 || payload[0] != '{' {
+		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrDiscard)
+	}
+	if err := json.Unmarshal(payload, &head); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDiscard, err)
+	}
+	if head.Type == nil {
+		return nil, fmt.Errorf("%w: no string type member", ErrDiscard)
+	}
+	var f Frame
+	switch *head.Type {
+	case TypeHandshake:
+		f = &Handshake{}
+	case TypeCMB:
+		f = &CMBFrame{}
+	case TypeFetch:
+		f = &Fetch{}
+	case TypeFetchResult:
+		f = &FetchResult{}
+	case TypePing:
+		return &Ping{}, nil
+	case TypePong:
+		return &Pong{}, nil
+	case TypePeerInfo:
+		f = &PeerInfo{}
+	case TypeError:
+		f = &ErrorFrame{}
+	default:
+		return &Unknown{Type: *head.Type}, nil
+	}
+	if err := json.Unmarshal(payload, f); err != nil {
+		return nil, fmt.Errorf("%w: %s frame: %v", ErrDiscard, *head.Type, err)
+	}
+	switch x := f.(type) {
+	case *CMBFrame:
+		if x.CMB == nil {
+			return nil, fmt.Errorf("%w: cmb frame without a cmb", ErrDiscard)
+		}
+	case *Fetch:
+		if x.ReqID == "" || x.Key == "" {
+			return nil, fmt.Errorf("%w: cmb-fetch needs reqId and key", ErrDiscard)
+		}
+	case *FetchResult:
+		if x.ReqID == "" || x.Key == "" {
+			return nil, fmt.Errorf("%w: cmb-fetch-result needs reqId and key", ErrDiscard)
+		}
+	case *Handshake:
+		if x.NodeID == "" || x.Name == "" || x.Version == "" || x.PublicKey == "" {
+			return nil, fmt.Errorf("%w: handshake needs nodeId, name, version and publicKey", ErrDiscard)
+		}
+	}
+	return f, nil
+}
+
+// MarshalFrame encodes a frame as a minified JSON object with its type first.
+func MarshalFrame(f Frame) ([]byte, error) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"type":`...)
+	b = strconv.AppendQuote(b, f.FrameType())
+	switch f.(type) {
+	case *Ping, *Pong:
+		return append(b, '}'), nil
+	case *Unknown:
+		return nil, fmt.Errorf("marshal frame: cannot send unknown type %q", f.FrameType())
+	}
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s frame: %w", f.FrameType(), err)
+	}
+	if len(body) > 2 { // "{}" has no members to splice in
+		b = append(b, ',')
+		b = append(b, body[1:]...)
+	} else {
+		b = append(b, '}')
+	}
+	return b, nil
+}

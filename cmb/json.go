@@ -1,0 +1,522 @@
+package cmb
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Decode parses one record. Unknown members at every depth are kept; known
+// members must have their schema types, and key, createdBy, createdAt and
+// fields are required. Decode checks shape only: Validate and Verify check rules.
+func Decode(data []byte) (*Record, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
+	}
+	if obj == nil {
+		return nil, newError(ReasonBadRecord, "record is null", nil)
+	}
+	r := &Record{}
+	var err error
+	for _, req := range [...]string{"key", "createdBy", "createdAt", "fields"} {
+		if _, ok := obj[req]; !ok {
+			return nil, newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
+		}
+	}
+	for name, raw := range obj {
+		switch name {
+		case "key":
+			r.Key, err = decodeString(raw, "key")
+		case "createdBy":
+			r.CreatedBy, err = decodeString(raw, "createdBy")
+		case "createdAt":
+			r.CreatedAt, err = decodeInt(raw, "createdAt")
+		case "group":
+			r.Group, err = decodeString(raw, "group")
+			r.present |= hasGroup
+		case "to":
+			r.To, err = decodeString(raw, "to")
+			r.present |= hasTo
+		case "sig":
+			r.Sig, err = decodeString(raw, "sig")
+			r.present |= hasSig
+		case "sigAlg":
+			r.SigAlg, err = decodeString(raw, "sigAlg")
+			r.present |= hasSigAlg
+		case "fields":
+			err = decodeFieldsMember(r, raw)
+		case "lineage":
+			r.present |= hasLineage
+			r.Lineage, err = decodeLineage(raw)
+		case "_e2e":
+			r.E2E, err = decodeE2E(raw)
+		case "tether":
+			if !isKind(raw, '{') {
+				err = typeError("tether", "an object")
+			} else {
+				r.Tether = append(json.RawMessage(nil), raw...)
+			}
+		default:
+			r.Extra = append(r.Extra, Member{Name: name, Value: append(json.RawMessage(nil), raw...)})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	sortMembers(r.Extra)
+	if r.Sealed != "" && r.SealNonce() == "" {
+		return nil, newError(ReasonBadRecord, "fields are ciphertext but no _e2e.nonce is present", nil)
+	}
+	return r, nil
+}
+
+func decodeFieldsMember(r *Record, raw json.RawMessage) error {
+	if isKind(raw, '"') {
+		// E2E in transit: fields is ciphertext (MMP §18.2.1).
+		s, err := decodeString(raw, "fields")
+		if err != nil {
+			return err
+		}
+		if s == "" {
+			return newError(ReasonBadRecord, "fields ciphertext is empty", nil)
+		}
+		r.Sealed = s
+		return nil
+	}
+	f, extra, err := DecodeFields(raw)
+	if err != nil {
+		return err
+	}
+	r.Fields, r.FieldsExtra = *f, extra
+	return nil
+}
+
+// DecodeFields parses a `fields` object: all seven members required, each an
+// object with a string `text`. Members beyond the seven are returned as extra.
+func DecodeFields(raw []byte) (*Fields, Members, error) {
+	var obj map[string]json.RawMessage
+	if !isKind(raw, '{') {
+		return nil, nil, typeError("fields", "an object")
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, nil, newError(ReasonBadRecord, "fields", err)
+	}
+	var f Fields
+	for i, name := range FieldNames {
+		v, ok := obj[name]
+		if !ok {
+			return nil, nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
+		}
+		if err := decodeField(&f[i], v, name); err != nil {
+			return nil, nil, err
+		}
+	}
+	var extra Members
+	if len(obj) > NumFields {
+		for k, v := range obj {
+			if _, known := FieldIndex(k); !known {
+				extra = append(extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
+			}
+		}
+		sortMembers(extra)
+	}
+	return &f, extra, nil
+}
+
+func decodeField(f *Field, raw json.RawMessage, name string) error {
+	path := "fields." + name
+	if !isKind(raw, '{') {
+		return typeError(path, "an object with a text member")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return newError(ReasonBadRecord, path, err)
+	}
+	t, ok := obj["text"]
+	if !ok {
+		return newError(ReasonBadRecord, path+".text is missing", nil)
+	}
+	var err error
+	for k, v := range obj {
+		switch {
+		case k == "text":
+			f.Text, err = decodeString(t, path+".text")
+		case k == "vector":
+			if !isKind(v, '[') {
+				return typeError(path+".vector", "an array of numbers")
+			}
+			if err = json.Unmarshal(v, &f.Vector); err != nil {
+				return typeError(path+".vector", "an array of numbers")
+			}
+		case name == "mood" && k == "valence":
+			f.Valence, err = decodeUnit(v, path+".valence")
+		case name == "mood" && k == "arousal":
+			f.Arousal, err = decodeUnit(v, path+".arousal")
+		default:
+			f.Extra = append(f.Extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	sortMembers(f.Extra)
+	return nil
+}
+
+func decodeUnit(raw json.RawMessage, path string) (*float64, error) {
+	var x float64
+	if !isNumber(raw) || json.Unmarshal(raw, &x) != nil {
+		return nil, typeError(path, "a number")
+	}
+	if x < -1 || x > 1 {
+		return nil, newError(ReasonBadRecord, fmt.Sprintf("%s is %v, outside [-1, 1]", path, x), nil)
+	}
+	return &x, nil
+}
+
+func decodeLineage(raw json.RawMessage) (*Lineage, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	if !isKind(raw, '{') {
+		return nil, typeError("lineage", "an object or null")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, newError(ReasonBadRecord, "lineage", err)
+	}
+	l := &Lineage{}
+	var err error
+	for k, v := range obj {
+		switch k {
+		case "parents":
+			l.Parents, err = decodeStrings(v, "lineage.parents")
+			l.present |= hasParents
+		case "ancestors":
+			l.Ancestors, err = decodeStrings(v, "lineage.ancestors")
+			l.present |= hasAncestors
+		case "method":
+			l.Method, err = decodeString(v, "lineage.method")
+			l.present |= hasMethod
+		default:
+			l.Extra = append(l.Extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	sortMembers(l.Extra)
+	return l, nil
+}
+
+func decodeE2E(raw json.RawMessage) (*E2E, error) {
+	if !isKind(raw, '{') {
+		return nil, typeError("_e2e", "an object")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, newError(ReasonBadRecord, "_e2e", err)
+	}
+	e := &E2E{}
+	var err error
+	for k, v := range obj {
+		if k == "nonce" {
+			e.Nonce, err = decodeString(v, "_e2e.nonce")
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		e.Extra = append(e.Extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
+	}
+	sortMembers(e.Extra)
+	return e, nil
+}
+
+func decodeStrings(raw json.RawMessage, path string) ([]string, error) {
+	if !isKind(raw, '[') {
+		return nil, typeError(path, "an array of strings")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, typeError(path, "an array of strings")
+	}
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		s, err := decodeString(e, path)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func decodeString(raw json.RawMessage, path string) (string, error) {
+	if !isKind(raw, '"') {
+		return "", typeError(path, "a string")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", typeError(path, "a string")
+	}
+	return s, nil
+}
+
+func decodeInt(raw json.RawMessage, path string) (int64, error) {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, typeError(path, "an integer")
+	}
+	return n, nil
+}
+
+func typeError(path, want string) error {
+	return newError(ReasonBadRecord, path+" must be "+want, nil)
+}
+
+func isKind(raw []byte, c byte) bool { return len(raw) > 0 && raw[0] == c }
+
+func isNumber(raw []byte) bool {
+	return len(raw) > 0 && (raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'))
+}
+
+func sortMembers(m Members) {
+	sort.Slice(m, func(i, j int) bool { return m[i].Name < m[j].Name })
+}
+
+// Encode emits the record as minified JSON: known members in a fixed order,
+// then unknown members. A decoded record re-encodes to the same JSON value.
+func (r *Record) Encode() []byte {
+	return r.AppendJSON(make([]byte, 0, 512))
+}
+
+// MarshalJSON implements json.Marshaler with Encode.
+func (r *Record) MarshalJSON() ([]byte, error) { return r.Encode(), nil }
+
+// UnmarshalJSON implements json.Unmarshaler with Decode.
+func (r *Record) UnmarshalJSON(data []byte) error {
+	d, err := Decode(data)
+	if err != nil {
+		return err
+	}
+	*r = *d
+	return nil
+}
+
+// AppendJSON appends the record's JSON encoding to b.
+func (r *Record) AppendJSON(b []byte) []byte {
+	b = append(b, `{"key":`...)
+	b = appendString(b, r.Key)
+	b = append(b, `,"createdBy":`...)
+	b = appendString(b, r.CreatedBy)
+	b = append(b, `,"createdAt":`...)
+	b = strconv.AppendInt(b, r.CreatedAt, 10)
+	if r.present&hasGroup != 0 || r.Group != "" {
+		b = append(b, `,"group":`...)
+		b = appendString(b, r.Group)
+	}
+	if r.present&hasTo != 0 || r.To != "" {
+		b = append(b, `,"to":`...)
+		b = appendString(b, r.To)
+	}
+	b = append(b, `,"fields":`...)
+	if r.Sealed != "" {
+		b = appendString(b, r.Sealed)
+	} else {
+		b = r.Fields.appendJSON(b, r.FieldsExtra)
+	}
+	if r.Lineage != nil {
+		b = append(b, `,"lineage":`...)
+		b = r.Lineage.appendJSON(b)
+	} else if r.present&hasLineage != 0 {
+		b = append(b, `,"lineage":null`...)
+	}
+	if r.present&hasSig != 0 || r.Sig != "" {
+		b = append(b, `,"sig":`...)
+		b = appendString(b, r.Sig)
+	}
+	if r.present&hasSigAlg != 0 || r.SigAlg != "" {
+		b = append(b, `,"sigAlg":`...)
+		b = appendString(b, r.SigAlg)
+	}
+	if r.E2E != nil {
+		b = append(b, `,"_e2e":{`...)
+		first := true
+		if r.E2E.Nonce != "" {
+			b = append(b, `"nonce":`...)
+			b = appendString(b, r.E2E.Nonce)
+			first = false
+		}
+		b = appendMembers(b, r.E2E.Extra, first)
+		b = append(b, '}')
+	}
+	if r.Tether != nil {
+		b = append(b, `,"tether":`...)
+		b = append(b, r.Tether...)
+	}
+	b = appendMembers(b, r.Extra, false)
+	return append(b, '}')
+}
+
+// AppendJSON appends the seven fields as a JSON object in spec order.
+func (f *Fields) AppendJSON(b []byte) []byte { return f.appendJSON(b, nil) }
+
+// FieldsJSON is the record's `fields` object as it travels, unknown members
+// included: the plaintext that E2E sealing encrypts.
+func (r *Record) FieldsJSON() []byte {
+	return r.Fields.appendJSON(make([]byte, 0, 256), r.FieldsExtra)
+}
+
+func (f *Fields) appendJSON(b []byte, extra Members) []byte {
+	b = append(b, '{')
+	for i := range f {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, FieldNames[i]...)
+		b = append(b, `":{"text":`...)
+		x := &f[i]
+		b = appendString(b, x.Text)
+		if x.Valence != nil {
+			b = append(b, `,"valence":`...)
+			b = appendFloat(b, *x.Valence)
+		}
+		if x.Arousal != nil {
+			b = append(b, `,"arousal":`...)
+			b = appendFloat(b, *x.Arousal)
+		}
+		if x.Vector != nil {
+			b = append(b, `,"vector":[`...)
+			for j, v := range x.Vector {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendFloat(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = appendMembers(b, x.Extra, false)
+		b = append(b, '}')
+	}
+	b = appendMembers(b, extra, false)
+	return append(b, '}')
+}
+
+func (l *Lineage) appendJSON(b []byte) []byte {
+	b = append(b, `{"parents":`...)
+	b = appendStrings(b, l.Parents)
+	if l.present&hasAncestors != 0 || l.Ancestors != nil {
+		b = append(b, `,"ancestors":`...)
+		b = appendStrings(b, l.Ancestors)
+	}
+	if l.present&hasMethod != 0 || l.Method != "" {
+		b = append(b, `,"method":`...)
+		b = appendString(b, l.Method)
+	}
+	b = appendMembers(b, l.Extra, false)
+	return append(b, '}')
+}
+
+func appendStrings(b []byte, s []string) []byte {
+	b = append(b, '[')
+	for i, x := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, x)
+	}
+	return append(b, ']')
+}
+
+func appendMembers(b []byte, m Members, first bool) []byte {
+	for _, x := range m {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, x.Name)
+		b = append(b, ':')
+		b = append(b, x.Value...)
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// encoding/json does; U+2028/2029 are escaped so the output is safe in NDJSON
+// and JavaScript alike.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendFloat formats like encoding/json (and JavaScript for the common range).
+func appendFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}

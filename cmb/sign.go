@@ -1,0 +1,102 @@
+package cmb
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// SigAlg is the only signature algorithm MMP v1 defines. Verifiers pin it and
+// never dispatch on the record's sigAlg member (§18.3.1).
+const SigAlg = "ed25519"
+
+var sigTag = []byte("mmp-sig-v1\n")
+
+// AppendSigPayload appends the mmp-sig-v1 signing payload (MMP §18.3.1):
+// "mmp-sig-v1\n" LP(key) LP(author) LP(decimal(createdAt)) LP(group) LP(to).
+func AppendSigPayload(dst []byte, key, author string, createdAt int64, group, to string) []byte {
+	dst = append(dst, sigTag...)
+	dst = AppendLP(dst, key)
+	dst = AppendLP(dst, author)
+	var num [20]byte
+	dst = AppendLPBytes(dst, strconv.AppendInt(num[:0], createdAt, 10))
+	dst = AppendLP(dst, group)
+	return AppendLP(dst, to)
+}
+
+// SigPayload returns the bytes the author signs: createdBy verbatim, the
+// group value as carried (absent is ""), and to ("" for a broadcast).
+func (r *Record) SigPayload() []byte {
+	var stack [256]byte
+	return AppendSigPayload(stack[:0], r.Key, r.CreatedBy, r.CreatedAt, r.Group, r.To)
+}
+
+// Sign sets sig and sigAlg. The key must already be set (it is signed).
+func (r *Record) Sign(priv ed25519.PrivateKey) error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	if len(priv) != ed25519.PrivateKeySize {
+		return fmt.Errorf("sign record: private key is %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	}
+	r.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, r.SigPayload()))
+	r.SigAlg = SigAlg
+	r.present |= hasSig | hasSigAlg
+	return nil
+}
+
+// VerifySignature checks sig over the rebuilt payload with pub. An absent sig
+// is ErrUnsigned; anything else that fails is ErrBadSignature.
+func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
+	if r.present&hasSig == 0 && r.Sig == "" {
+		return newError(ReasonUnsigned, "record carries no sig", nil)
+	}
+	if r.present&hasSigAlg != 0 && r.SigAlg != SigAlg {
+		return newError(ReasonBadSignature, fmt.Sprintf("sigAlg %q is not %q", truncate(r.SigAlg, 40), SigAlg), nil)
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return newError(ReasonBadSignature, fmt.Sprintf("author key is %d bytes, want %d", len(pub), ed25519.PublicKeySize), nil)
+	}
+	sig, err := DecodeBase64(r.Sig)
+	if err != nil {
+		return newError(ReasonBadSignature, "sig is not base64", err)
+	}
+	if len(sig) != ed25519.SignatureSize {
+		return newError(ReasonBadSignature, fmt.Sprintf("sig is %d bytes, want %d", len(sig), ed25519.SignatureSize), nil)
+	}
+	var stack [256]byte
+	payload := AppendSigPayload(stack[:0], r.Key, r.CreatedBy, r.CreatedAt, r.Group, r.To)
+	if !ed25519.Verify(pub, payload, sig) {
+		return newError(ReasonBadSignature, "signature does not verify with the author's key", nil)
+	}
+	return nil
+}
+
+// DecodeBase64 accepts base64url or standard base64, padded or not: MMP emits
+// unpadded base64url but peers are lenient in what they read (§1.1).
+func DecodeBase64(s string) ([]byte, error) {
+	s = strings.TrimRight(s, "=")
+	if strings.ContainsAny(s, "+/") {
+		return base64.RawStdEncoding.DecodeString(s)
+	}
+	return base64.RawURLEncoding.DecodeString(s)
+}
+
+// ParsePublicKey reads an Ed25519 public key: 32 raw bytes, base64url or base64.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	b, err := DecodeBase64(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("ed25519 public key is not base64url: %w", err)
+	}
+	if len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("ed25519 public key is %d bytes, want %d", len(b), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// EncodeKey renders an Ed25519 public key as MMP writes it: unpadded base64url.
+func EncodeKey(pub ed25519.PublicKey) string {
+	return base64.RawURLEncoding.EncodeToString(pub)
+}
