@@ -1,0 +1,481 @@
+package cgp
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Defaults and hard limits of the Engine. They bound work per query and the
+// size of a reply line, independently of what a host asks for.
+const (
+	DefaultProviderName = "cmbnode"
+	// DefaultMaxCandidates caps how many search hits one query examines.
+	DefaultMaxCandidates = 256
+	// DefaultMaxThread caps the members of one episode narrative.
+	DefaultMaxThread = 24
+	// DefaultMaxResultBytes caps the encoded frames of one result, well
+	// under the 16 MiB line a host reads, leaving room for attestations.
+	DefaultMaxResultBytes = 12 << 20
+	// attestationOverhead is a generous per-frame allowance for the
+	// frame_attestations entry (signature, proof path, identity).
+	attestationOverhead = 2048
+)
+
+// Config configures an Engine.
+type Config struct {
+	Backend         Backend
+	ProviderName    string // wire provider id (D5); default "cmbnode"
+	ProviderVersion string // default "dev"
+	// Group is used in URIs of records that carry no group (legacy cmb-).
+	Group string
+	// SigningKey, if set, makes every result carry §6.5 attestations and
+	// the ack publish the key. The daemon passes the node's Ed25519 key.
+	SigningKey ed25519.PrivateKey
+	KeyID      string // default "ed25519:" + first 16 hex of the public key
+	AttesterID string // default ProviderName
+	// Now stamps issued_at (not signed); tests pin it for golden output.
+	Now            func() time.Time
+	MaxCandidates  int
+	MaxThread      int
+	MaxResultBytes int
+	Logger         *slog.Logger
+}
+
+// Engine answers CGP handshakes, queries and verifies over a Backend. It is
+// the in-process Handler: the daemon mounts it on its HTTP binding and
+// serves its socket `query`/`verify` requests with it.
+type Engine struct {
+	cfg    Config
+	signer *Signer
+}
+
+// NewEngine validates cfg and fills defaults.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("cgp: NewEngine: Backend is required")
+	}
+	if cfg.ProviderName == "" {
+		cfg.ProviderName = DefaultProviderName
+	}
+	if cfg.ProviderVersion == "" {
+		cfg.ProviderVersion = "dev"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxCandidates <= 0 {
+		cfg.MaxCandidates = DefaultMaxCandidates
+	}
+	if cfg.MaxThread < 2 {
+		cfg.MaxThread = DefaultMaxThread
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{cfg: cfg}
+	if cfg.SigningKey != nil {
+		if len(cfg.SigningKey) != ed25519.PrivateKeySize {
+			return nil, fmt.Errorf("cgp: NewEngine: signing key is %d bytes, want %d", len(cfg.SigningKey), ed25519.PrivateKeySize)
+		}
+		pub := cfg.SigningKey.Public().(ed25519.PublicKey)
+		if cfg.KeyID == "" {
+			cfg.KeyID = "ed25519:" + hex.EncodeToString(pub)[:16]
+		}
+		if cfg.AttesterID == "" {
+			cfg.AttesterID = cfg.ProviderName
+		}
+		e.cfg = cfg
+		e.signer = &Signer{Key: cfg.SigningKey, KeyID: cfg.KeyID, AttesterID: cfg.AttesterID}
+	}
+	return e, nil
+}
+
+// Ack is the handshake_ack the engine's capabilities justify: memory and
+// episode frames, id echo, lineage graph, honest verify, no embeddings, full
+// representation only, and nothing leaves the machine.
+func (e *Engine) Ack() HandshakeAck {
+	ack := HandshakeAck{
+		Type:            TypeHandshakeAck,
+		ProtocolVersion: ProtocolVersion,
+		Provider: ProviderInfo{
+			Name:    e.cfg.ProviderName,
+			Version: e.cfg.ProviderVersion,
+			// reads: queries show us what the host works on. writes: we
+			// persist nothing derived from queries. egress: the query never
+			// leaves the node (the store is local; recall is not remote).
+			DataFlow: DataFlow{Reads: true, Writes: false, Egress: false, EgressScopes: []string{"local-only"}},
+		},
+		Capabilities: Capabilities{
+			Query:       QueryCapability{Kinds: []string{KindMemory, KindEpisode}},
+			Correlation: true,
+			Graph:       true,
+			Verify:      true,
+		},
+	}
+	if e.signer != nil {
+		ack.AttesterKeys = []AttesterKey{e.signer.PublicKey()}
+	}
+	return ack
+}
+
+// candidate is a frame the query may return, ranked before it is built so
+// only what might fit is rendered.
+type candidate struct {
+	rec   Record
+	kind  string
+	score float64
+	id    string
+}
+
+// Query answers one ContextQuery. Ranking: the backend's relevance+recency
+// score; with anchors, frames within one lineage hop of an anchor (which are
+// anchored in the G4 sense) rank above those two hops away, which rank above
+// the rest. Packing is greedy in rank order but skips a frame that would
+// overflow max_tokens and keeps trying smaller ones.
+func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResult, error) {
+	if q.Embedding != nil {
+		return nil, Errorf(CodeBadRequest, "this provider declares no embeddings_fingerprint; a query embedding cannot be interpreted")
+	}
+	wantMem, wantEp := len(q.Kinds) == 0, len(q.Kinds) == 0
+	for _, k := range q.Kinds {
+		wantMem = wantMem || k == KindMemory
+		wantEp = wantEp || k == KindEpisode
+	}
+	res := &ContextQueryResult{Frames: []Frame{}}
+	if !wantMem && !wantEp {
+		// Q1: none of our kinds requested; unknown kinds are not an error.
+		return res, nil
+	}
+	var asOf *time.Time
+	if q.AsOf != nil {
+		t, err := ParseTime(*q.AsOf)
+		if err != nil {
+			return nil, Errorf(CodeBadRequest, "query.as_of: %v", err)
+		}
+		asOf = &t
+	}
+	text := q.Goal
+	if q.QueryText != nil && strings.TrimSpace(*q.QueryText) != "" {
+		text = *q.QueryText
+	}
+	limit := min(max(2*int(min(q.MaxFrames, 1<<20)), 32), e.cfg.MaxCandidates)
+	sr, err := e.cfg.Backend.Search(ctx, text, SearchOptions{Limit: limit, AsOf: asOf})
+	if err != nil {
+		return nil, e.unavailable("search", err)
+	}
+	hops, err := e.anchorHops(ctx, q.Anchors)
+	if err != nil {
+		return nil, e.unavailable("anchors", err)
+	}
+
+	base := map[string]float64{}
+	var order []string
+	for _, h := range sr.Hits {
+		if _, dup := base[h.Key]; !dup {
+			order = append(order, h.Key)
+		}
+		base[h.Key] = clamp01(h.Score)
+	}
+	for k := range hops {
+		if _, ok := base[k]; !ok {
+			base[k] = 0
+			order = append(order, k)
+		}
+	}
+	slices.Sort(order)
+
+	var cands []candidate
+	for _, k := range order {
+		r, ok, err := e.cfg.Backend.Get(ctx, k)
+		if err != nil {
+			return nil, e.unavailable("get", err)
+		}
+		if !ok || (asOf != nil && !ValidAt(r, *asOf)) {
+			continue
+		}
+		if wantMem {
+			cands = append(cands, candidate{rec: r, kind: KindMemory, id: memoryFrameID(k),
+				score: rank(hops, k, base[k])})
+		}
+		if wantEp && (len(r.Parents) > 0 || hasChildren(ctx, e.cfg.Backend, k)) {
+			// An episode ranks by its focal record's distance to the anchor:
+			// within one hop the anchor is a member, so the episode is
+			// anchored in the G4 sense too.
+			cands = append(cands, candidate{rec: r, kind: KindEpisode, id: episodeFrameID(k, asOf),
+				score: rank(hops, k, base[k])})
+		}
+	}
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if a.score != b.score {
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.id, b.id)
+	})
+
+	var (
+		used      uint64
+		bytesUsed int
+		dropped   int
+		seenSets  = map[string]bool{}
+	)
+	for i, c := range cands {
+		if err := ctx.Err(); err != nil {
+			return nil, e.unavailable("query", err)
+		}
+		if len(res.Frames) >= int(q.MaxFrames) {
+			dropped += len(cands) - i
+			break
+		}
+		var f Frame
+		switch c.kind {
+		case KindMemory:
+			f, err = e.memoryFrame(ctx, c.rec)
+		case KindEpisode:
+			var members []Record
+			var ok bool
+			f, members, ok, err = e.episodeFrame(ctx, c.rec, asOf)
+			if err == nil && !ok {
+				continue
+			}
+			if err == nil {
+				set := memberSet(members)
+				if seenSets[set] {
+					continue // the same narrative already ranked higher
+				}
+				seenSets[set] = true
+			}
+		}
+		if err != nil {
+			return nil, e.unavailable("render", err)
+		}
+		f.Score = round6(c.score)
+		if used+uint64(f.TokenCost) > uint64(q.MaxTokens) {
+			dropped++
+			continue
+		}
+		enc, err := json.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("cgp: encode frame %s: %w", f.ID, err)
+		}
+		if bytesUsed+len(enc)+attestationOverhead > e.cfg.MaxResultBytes {
+			dropped++
+			continue
+		}
+		used += uint64(f.TokenCost)
+		bytesUsed += len(enc) + attestationOverhead
+		res.Frames = append(res.Frames, f)
+	}
+	// Records that matched but were never examined are candidates too.
+	unexamined := max(sr.Total-len(sr.Hits), 0)
+	perRecord := 0
+	if wantMem {
+		perRecord++
+	}
+	if wantEp {
+		perRecord++
+	}
+	if est := dropped + unexamined*perRecord; est > 0 {
+		res.Truncated = true
+		d := uint32(min(est, 0xFFFFFFFF))
+		res.DroppedEstimate = &d
+	}
+	if e.signer != nil && len(res.Frames) > 0 {
+		fa, ra, err := e.signer.Attest(e.cfg.ProviderName, res.Frames, FormatTime(e.cfg.Now()))
+		if err != nil {
+			return nil, fmt.Errorf("cgp: attest: %w", err)
+		}
+		res.FrameAttestations, res.ResultAttestation = fa, ra
+	}
+	return res, nil
+}
+
+func round6(f float64) float64 {
+	return clamp01(float64(int64(f*1e6+0.5)) / 1e6)
+}
+
+// rank is the final score in [0,1]. Without anchors it is the backend's
+// score. With anchors it orders by anchor tier, then base: (tier+base)/3.
+func rank(hops map[string]int, key string, base float64) float64 {
+	if len(hops) == 0 {
+		return clamp01(base)
+	}
+	return clamp01((float64(hopTier(hops, key)) + clamp01(base)) / 3)
+}
+
+// hopTier is 2 for a record within one lineage hop of an anchor (its
+// memory frame is anchored: its uri or a relation target equals the
+// anchor), 1 at two hops, else 0.
+func hopTier(hops map[string]int, key string) int {
+	h, ok := hops[key]
+	switch {
+	case !ok:
+		return 0
+	case h <= 1:
+		return 2
+	default:
+		return 1
+	}
+}
+
+func memberSet(members []Record) string {
+	keys := make([]string, len(members))
+	for i, m := range members {
+		keys[i] = m.Key
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, "\x00")
+}
+
+func hasChildren(ctx context.Context, b Backend, key string) bool {
+	kids, err := b.Children(ctx, key)
+	return err == nil && len(kids) > 0
+}
+
+// anchorHops resolves anchors to keys and walks lineage (parents and
+// children) up to two hops from each, keeping the smallest distance.
+func (e *Engine) anchorHops(ctx context.Context, anchors []string) (map[string]int, error) {
+	hops := map[string]int{}
+	var frontier []string
+	for _, a := range anchors {
+		k, ok := keyFromURI(a)
+		if !ok {
+			continue
+		}
+		if _, held, err := e.cfg.Backend.Get(ctx, k); err != nil {
+			return nil, err
+		} else if held {
+			if _, seen := hops[k]; !seen {
+				hops[k] = 0
+				frontier = append(frontier, k)
+			}
+		}
+	}
+	for d := 1; d <= 2 && len(frontier) > 0; d++ {
+		var next []string
+		for _, k := range frontier {
+			r, ok, err := e.cfg.Backend.Get(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			kids, err := e.cfg.Backend.Children(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			for _, n := range append(slices.Clone(r.Parents), kids...) {
+				if _, seen := hops[n]; seen {
+					continue
+				}
+				if _, held, err := e.cfg.Backend.Get(ctx, n); err != nil {
+					return nil, err
+				} else if held {
+					hops[n] = d
+					next = append(next, n)
+				}
+			}
+		}
+		frontier = next
+	}
+	return hops, nil
+}
+
+func (e *Engine) unavailable(what string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Errorf(CodeUnavailable, "%s interrupted: %v", what, err)
+	}
+	e.cfg.Logger.Warn("cgp backend failure", "op", what, "err", err)
+	return &Error{Code: CodeUnavailable, Message: "the memory store failed during " + what + "; retry later"}
+}
+
+// Verify recomputes each presented frame from the backend: valid when the
+// presented digest equals what we would serve now, stale (with our current
+// digest) when it differs, gone when the record is no longer held or the id
+// is not one we mint. provider_id is echoed but not compared (V5): older
+// hosts send their local id there.
+func (e *Engine) Verify(ctx context.Context, req *VerifyRequest) (*VerifyResponse, error) {
+	out := &VerifyResponse{Verdicts: make([]Verdict, 0, len(req.Frames))}
+	for _, id := range req.Frames {
+		v := Verdict{Frame: id, Status: StatusUnknown}
+		fid, ok := rawString(id.FrameID)
+		if !ok {
+			out.Verdicts = append(out.Verdicts, v)
+			continue
+		}
+		cur, exists, err := e.currentDigest(ctx, fid)
+		if err != nil {
+			return nil, e.unavailable("verify", err)
+		}
+		presented, hasDigest := rawString(id.ContentDigest)
+		switch {
+		case !exists:
+			v.Status = StatusGone
+		case hasDigest && presented == cur:
+			v.Status = StatusValid
+		default:
+			v.Status = StatusStale
+			v.ReplacementDigest = strp(cur)
+		}
+		out.Verdicts = append(out.Verdicts, v)
+	}
+	return out, nil
+}
+
+// currentDigest renders the frame an id names as we would serve it now.
+func (e *Engine) currentDigest(ctx context.Context, id string) (string, bool, error) {
+	kind, key, asOf, ok := parseFrameID(id)
+	if !ok {
+		return "", false, nil
+	}
+	r, held, err := e.cfg.Backend.Get(ctx, key)
+	if err != nil || !held {
+		return "", false, err
+	}
+	var f Frame
+	switch kind {
+	case KindMemory:
+		f, err = e.memoryFrame(ctx, r)
+	case KindEpisode:
+		if asOf != nil && !ValidAt(r, *asOf) {
+			return "", false, nil
+		}
+		var has bool
+		f, _, has, err = e.episodeFrame(ctx, r, asOf)
+		if err == nil && !has {
+			return "", false, nil
+		}
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return *f.ContentDigest, true, nil
+}
+
+// AckFor returns the handshake_ack an Engine built from cfg would send,
+// without needing a Backend: the stdio shim answers the handshake with it
+// while the daemon (which signs with the same key) answers queries.
+func AckFor(cfg Config) (HandshakeAck, error) {
+	if cfg.Backend == nil {
+		cfg.Backend = NewMemBackend()
+	}
+	e, err := NewEngine(cfg)
+	if err != nil {
+		return HandshakeAck{}, err
+	}
+	return e.Ack(), nil
+}
