@@ -3,6 +3,7 @@ package cmb
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -74,14 +75,30 @@ func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
 	return nil
 }
 
-// DecodeBase64 accepts base64url or standard base64, padded or not: MMP emits
-// unpadded base64url but peers are lenient in what they read (§1.1).
+// DecodeBase64 accepts base64url or standard base64, padded or not, with
+// surrounding whitespace: MMP emits unpadded base64url but the reference
+// runtime writes standard padded base64, and peers read both (§1.1). A string
+// mixing both alphabets is corruption, not a variant, and is refused.
 func DecodeBase64(s string) ([]byte, error) {
-	s = strings.TrimRight(s, "=")
-	if strings.ContainsAny(s, "+/") {
-		return base64.RawStdEncoding.DecodeString(s)
+	s = strings.TrimSpace(s)
+	trimmed := strings.TrimRight(s, "=")
+	if len(s)-len(trimmed) > 2 {
+		return nil, errors.New("base64 has more than two padding characters")
 	}
-	return base64.RawURLEncoding.DecodeString(s)
+	hasURL := strings.ContainsAny(trimmed, "-_")
+	hasStd := strings.ContainsAny(trimmed, "+/")
+	enc := base64.RawURLEncoding
+	switch {
+	case hasURL && hasStd:
+		return nil, errors.New("base64 mixes the standard (+/) and URL (-_) alphabets")
+	case hasStd:
+		enc = base64.RawStdEncoding
+	}
+	b, err := enc.DecodeString(trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("bad base64: %w", err)
+	}
+	return b, nil
 }
 
 // ParsePublicKey reads an Ed25519 public key: 32 raw bytes, base64url or base64.

@@ -12,6 +12,7 @@
 package e2e
 
 import (
+	"cmbnode/cmb"
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/x509"
@@ -19,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // KeySize is the length of a raw X25519 private or public key.
@@ -52,7 +52,7 @@ func GenerateKey(random io.Reader) (*ecdh.PrivateKey, error) {
 // 44-byte DER SubjectPublicKeyInfo (what the reference runtime sends in the
 // handshake). Either alphabet and optional padding are accepted.
 func ParsePublicKey(s string) (*ecdh.PublicKey, error) {
-	b, err := decodeBase64(s)
+	b, err := cmb.DecodeBase64(s)
 	if err != nil {
 		return nil, fmt.Errorf("parse X25519 public key: %w: %w", ErrKey, err)
 	}
@@ -78,7 +78,7 @@ func ParsePublicKey(s string) (*ecdh.PublicKey, error) {
 // standard base64 of the PKCS#8 DER the reference runtime keeps in
 // e2e-keypair.json. Either alphabet and optional padding are accepted.
 func ParsePrivateKey(s string) (*ecdh.PrivateKey, error) {
-	b, err := decodeBase64(s)
+	b, err := cmb.DecodeBase64(s)
 	if err != nil {
 		return nil, fmt.Errorf("parse X25519 private key: %w: %w", ErrKey, err)
 	}
@@ -146,31 +146,4 @@ func mustX25519(c ecdh.Curve) {
 	if c != ecdh.X25519() {
 		panic(fmt.Sprintf("e2e: key is on %v, only X25519 is supported", c))
 	}
-}
-
-// decodeBase64 accepts standard or URL alphabet, padded or not, because peers
-// and users hand us both (reference keys are std+padded, ours url+unpadded).
-// Surrounding whitespace (a pasted key's newline) is ignored; anything else
-// stray is an error. A string mixing both alphabets is refused: no encoder produces one, so it
-// is corruption rather than a variant.
-func decodeBase64(s string) ([]byte, error) {
-	s = strings.TrimSpace(s)
-	trimmed := strings.TrimRight(s, "=")
-	if len(s)-len(trimmed) > 2 {
-		return nil, errors.New("base64 has more than two padding characters")
-	}
-	hasURL := strings.ContainsAny(trimmed, "-_")
-	hasStd := strings.ContainsAny(trimmed, "+/")
-	enc := base64.RawStdEncoding
-	switch {
-	case hasURL && hasStd:
-		return nil, errors.New("base64 mixes the standard (+/) and URL (-_) alphabets")
-	case hasURL:
-		enc = base64.RawURLEncoding
-	}
-	b, err := enc.DecodeString(trimmed)
-	if err != nil {
-		return nil, fmt.Errorf("bad base64: %w", err)
-	}
-	return b, nil
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmbnode/cmb"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/ecdh"
@@ -103,14 +104,14 @@ func (b *Box) SealWithNonce(plaintext, nonce []byte) (string, error) {
 // Open authenticates and decrypts ciphertext (base64 of ciphertext||tag)
 // with nonce (base64). Either base64 alphabet, padded or not, is accepted.
 func (b *Box) Open(ciphertext, nonce string) ([]byte, error) {
-	n, err := decodeBase64(nonce)
+	n, err := cmb.DecodeBase64(nonce)
 	if err != nil {
 		return nil, fmt.Errorf("e2e open: nonce: %w: %w", ErrEncoding, err)
 	}
 	if len(n) != NonceSize {
 		return nil, fmt.Errorf("e2e open: nonce is %d bytes: %w", len(n), ErrNonceSize)
 	}
-	ct, err := decodeBase64(ciphertext)
+	ct, err := cmb.DecodeBase64(ciphertext)
 	if err != nil {
 		return nil, fmt.Errorf("e2e open: ciphertext: %w: %w", ErrEncoding, err)
 	}

@@ -78,7 +78,7 @@ func parse(data []byte) (*Identity, error) {
 		return nil, fmt.Errorf("createdAt %d is not a positive Unix time in milliseconds", *f.CreatedAt)
 	}
 
-	seed, err := decodeBase64(*f.Ed25519Seed)
+	seed, err := cmb.DecodeBase64(*f.Ed25519Seed)
 	if err != nil {
 		return nil, fmt.Errorf("ed25519Seed: %w", err)
 	}
@@ -86,7 +86,7 @@ func parse(data []byte) (*Identity, error) {
 		return nil, fmt.Errorf("ed25519Seed is %d bytes, an Ed25519 seed is %d", len(seed), ed25519.SeedSize)
 	}
 	priv := ed25519.NewKeyFromSeed(seed)
-	pub, err := decodeBase64(*f.PublicKey)
+	pub, err := cmb.DecodeBase64(*f.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("publicKey: %w", err)
 	}
@@ -193,7 +193,7 @@ func LoadSeedFile(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read key file %s: %w", path, err)
 	}
-	seed, err := decodeBase64(string(data))
+	seed, err := cmb.DecodeBase64(string(data))
 	if err != nil {
 		return nil, fmt.Errorf("read key file %s: expected a base64url Ed25519 seed: %w", path, err)
 	}
@@ -201,24 +201,4 @@ func LoadSeedFile(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("read key file %s: holds %d bytes, an Ed25519 seed is %d (base64url, 43 characters)", path, len(seed), ed25519.SeedSize)
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
-}
-
-// decodeBase64 accepts either alphabet, padded or not, with surrounding
-// whitespace, since keys are pasted by hand. Errors never quote the input:
-// it may be a secret.
-func decodeBase64(s string) ([]byte, error) {
-	s = strings.TrimSpace(s)
-	trimmed := strings.TrimRight(s, "=")
-	if len(s)-len(trimmed) > 2 {
-		return nil, errors.New("not valid base64: too much padding")
-	}
-	enc := base64.RawStdEncoding
-	if strings.ContainsAny(trimmed, "-_") {
-		enc = base64.RawURLEncoding
-	}
-	b, err := enc.DecodeString(trimmed)
-	if err != nil {
-		return nil, fmt.Errorf("not valid base64: %w", err)
-	}
-	return b, nil
 }
