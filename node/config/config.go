@@ -1,0 +1,184 @@
+// Package config owns the daemon's settings: their defaults, the commented
+// $CMBNODE_HOME/config.toml that `cmbnode init` writes, and loading it. Flags
+// override the file; the file overrides the defaults.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"cmbnode/group"
+)
+
+// FileName is the config file inside the home directory.
+const FileName = "config.toml"
+
+// Config is every setting the daemon reads.
+type Config struct {
+	// Group is the mesh group this node joins (MMP §5.8).
+	Group string `toml:"group"`
+	// Listen are libp2p multiaddrs to listen on.
+	Listen []string `toml:"listen"`
+	// Bootstrap are peers (full multiaddrs with /p2p/) dialled and re-dialled.
+	Bootstrap []string `toml:"bootstrap"`
+	// MDNS turns LAN discovery on.
+	MDNS bool `toml:"mdns"`
+	// CGPHTTP is the address of the Context Graph Protocol HTTP binding; "" is off.
+	CGPHTTP string `toml:"cgp_http"`
+	// Metrics is the address of the Prometheus endpoint; "" is off.
+	Metrics string `toml:"metrics"`
+	// Retention purges records older than this; 0 keeps everything.
+	Retention Duration `toml:"retention"`
+	// LogJSON switches stderr logs from text to JSON.
+	LogJSON bool `toml:"log_json"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+}
+
+// Duration is a time.Duration written as "720h" in TOML.
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: %w (write it like \"720h\" or \"30m\")", b, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Default returns the settings a node runs with when nothing is configured.
+func Default() Config {
+	return Config{
+		Group:    group.Default,
+		Listen:   []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
+		MDNS:     true,
+		LogLevel: "info",
+	}
+}
+
+// Path is where the config file lives in a home.
+func Path(home string) string { return filepath.Join(home, FileName) }
+
+// Load reads home's config.toml over the defaults. A missing file is not an
+// error: the defaults stand. Unknown keys are errors, so a typo is not
+// silently ignored.
+func Load(home string) (Config, error) {
+	c := Default()
+	path := Path(home)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read config %s: %w", path, err)
+	}
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		return c, fmt.Errorf("parse config %s: %w", path, err)
+	}
+	if un := md.Undecoded(); len(un) > 0 {
+		keys := make([]string, len(un))
+		for i, k := range un {
+			keys[i] = k.String()
+		}
+		return c, fmt.Errorf("config %s: unknown setting(s) %s", path, strings.Join(keys, ", "))
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks values a flag or the file may have set.
+func (c *Config) Validate() error {
+	if err := group.Validate(c.Group); err != nil {
+		return fmt.Errorf("group: %w", err)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// Write creates home's config.toml with every setting commented, refusing to
+// overwrite an existing file.
+func Write(home string, c Config) error {
+	path := Path(home)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("write config: %s already exists; edit it or remove it first", path)
+		}
+		return fmt.Errorf("write config: %w", err)
+	}
+	if _, err := f.WriteString(Render(c)); err != nil {
+		f.Close()
+		return fmt.Errorf("write config %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write config %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// Render returns c as a commented config.toml.
+func Render(c Config) string {
+	var b strings.Builder
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	list := func(xs []string) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = q(x)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	fmt.Fprintf(&b, `# cmbnode configuration. Flags given to "cmbnode daemon" override these
+# settings. The node's identity (nodeId, name, keys) is in identity.json.
+
+# The mesh group to join: [a-z0-9-_.]+, at most 64 characters. Nodes only
+# exchange memory with nodes of the same group.
+group = %s
+
+# libp2p listen addresses. Port 0 picks a free port at start.
+listen = %s
+
+# Peers to dial at start and re-dial with backoff, as full multiaddrs, e.g.
+# "/ip4/192.0.2.10/tcp/4001/p2p/12D3KooW...".
+bootstrap = %s
+
+# Find peers of the same group on the LAN with mDNS.
+mdns = %t
+
+# Context Graph Protocol over HTTP, e.g. "127.0.0.1:7474". Empty turns it off.
+# (Hosts reach the node over stdio with "cmbnode cgp" without this.)
+cgp_http = %s
+
+# Prometheus metrics endpoint, e.g. "127.0.0.1:9464". Empty turns it off.
+metrics = %s
+
+# Purge records older than this ("720h" = 30 days). "0s" keeps everything.
+# Records that a kept record's lineage references are never purged.
+retention = %s
+
+# Logs go to stderr: text, or JSON when log_json is true.
+log_json = %t
+log_level = %s
+`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), q(c.Metrics), q(c.Retention.String()), c.LogJSON, q(c.LogLevel))
+	return b.String()
+}
