@@ -106,6 +106,12 @@ type Store struct {
 	// so Check can observe records and the in-memory index at one instant.
 	writeMu sync.Mutex
 
+	// preparing counts puts being encoded, not yet queued; the writer
+	// lingers for them. batches/batched measure how well commits are shared.
+	preparing atomic.Int64
+	batches   atomic.Int64
+	batched   atomic.Int64
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	count     atomic.Int64
@@ -275,11 +281,14 @@ type Stats struct {
 	VLogBytes int64
 	// DiskBytes is the allocated size of every file in the store directory.
 	DiskBytes int64
+	// Commits and CommittedJobs since Open: their ratio is the mean number
+	// of writes sharing one durable commit.
+	Commits, CommittedJobs int64
 }
 
 // Stats reports counts and sizes.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	st := Stats{Records: s.Count(), Terms: s.idx.termCount()}
+	st := Stats{Records: s.Count(), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
 	st.LSMBytes, st.VLogBytes = s.db.Size()
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pPeer}})

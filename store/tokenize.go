@@ -28,8 +28,7 @@ func tokenize(text string, emit func(string)) {
 	if text == "" {
 		return
 	}
-	// A Caser carries state, so each call gets its own.
-	s := norm.NFC.String(cases.Fold().String(text))
+	s := foldNFC(text)
 	start := -1
 	var prev rune
 	for i := 0; i < len(s); {
@@ -63,19 +62,55 @@ func tokenize(text string, emit func(string)) {
 	}
 }
 
+// foldNFC case-folds and NFC-normalises. ASCII, the common case, needs
+// neither tables nor allocation beyond the lowered copy.
+func foldNFC(text string) string {
+	ascii, upper := true, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+		if 'A' <= c && c <= 'Z' {
+			upper = true
+		}
+	}
+	if ascii {
+		if !upper {
+			return text
+		}
+		b := []byte(text)
+		for i, c := range b {
+			if 'A' <= c && c <= 'Z' {
+				b[i] = c + 'a' - 'A'
+			}
+		}
+		return string(b)
+	}
+	// A Caser carries state, so each call gets its own.
+	return norm.NFC.String(cases.Fold().String(text))
+}
+
 func isWordRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || 'A' <= r && r <= 'Z' || r == '_'
+	}
 	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) ||
 		unicode.Is(unicode.Mc, r) || unicode.Is(unicode.Me, r) || unicode.Is(unicode.Nl, r) ||
 		unicode.Is(unicode.No, r) || unicode.Is(unicode.Pc, r)
 }
 
 func isIdeo(r rune) bool {
+	if r < 0x0e00 {
+		return false
+	}
 	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
 		unicode.Is(unicode.Thai, r) || unicode.Is(unicode.Lao, r) || unicode.Is(unicode.Khmer, r) ||
 		unicode.Is(unicode.Myanmar, r)
 }
 
-func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
+func isFormat(r rune) bool { return r >= 0xad && unicode.Is(unicode.Cf, r) }
 
 // isMid reports whether r, found after prev inside a word, joins prev to the
 // rune that follows it (UAX #29 WB6/7 and WB11/12).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -25,6 +26,9 @@ type job struct {
 // maxBatchBytes keeps a batch well inside badger's per-transaction limit
 // (15% of the memtable size).
 const maxBatchBytes = 1 << 20
+
+// maxLinger bounds how long a commit waits for puts still being prepared.
+const maxLinger = 200 * time.Microsecond
 
 func (s *Store) writer() {
 	defer close(s.wdone)
@@ -50,16 +54,37 @@ func (s *Store) writer() {
 			return
 		}
 		size := batch[0].size
+		var linger *time.Timer
 	fill:
 		for len(batch) < s.opts.MaxBatch && size < maxBatchBytes {
 			select {
 			case j := <-s.jobs:
 				batch = append(batch, j)
 				size += j.size
+				continue
 			default:
+			}
+			// Callers still encoding a put will want this commit too; waiting
+			// a moment for them is far cheaper than a sync of their own.
+			if s.preparing.Load() == 0 {
+				break
+			}
+			if linger == nil {
+				linger = time.NewTimer(maxLinger)
+			}
+			select {
+			case j := <-s.jobs:
+				batch = append(batch, j)
+				size += j.size
+			case <-linger.C:
 				break fill
 			}
 		}
+		if linger != nil {
+			linger.Stop()
+		}
+		s.batches.Add(1)
+		s.batched.Add(int64(len(batch)))
 		s.runBatch(batch)
 	}
 }
@@ -181,6 +206,13 @@ func (s *Store) Put(ctx context.Context, e Entry, m Meta) (Record, bool, error) 
 // some items may or may not have been stored; per-item failures are in the
 // results.
 func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) {
+	s.preparing.Add(1)
+	prepared := false
+	defer func() {
+		if !prepared {
+			s.preparing.Add(-1)
+		}
+	}()
 	res := make([]PutResult, len(items))
 	jobs := make([]*job, 0, len(items))
 	idx := make([]int, 0, len(items))
@@ -241,6 +273,8 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		}))
 		idx = append(idx, i)
 	}
+	s.preparing.Add(-1)
+	prepared = true
 	errs, err := s.submit(ctx, jobs)
 	if err != nil {
 		// Results may still be written by the writer; never hand them out.

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// corpus generates deterministic ~1 KB records whose texts follow a Zipf
+// distribution over a synthetic vocabulary, so posting lists range from a
+// handful of documents to most of them, as in real text.
+type corpus struct {
+	vocab []string
+	rng   *rand.Rand
+	zipf  *rand.Zipf
+}
+
+func newCorpus(seed uint64) *corpus {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	c := &corpus{rng: rng, zipf: rand.NewZipf(rng, 1.1, 2, 19999)}
+	syll := []string{"ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "qua", "sh", "th", "el", "an", "or"}
+	for i := range 20000 {
+		var b strings.Builder
+		n := i
+		for j := 0; j < 2 || n > 0; j++ {
+			b.WriteString(syll[n%len(syll)])
+			n /= len(syll)
+		}
+		c.vocab = append(c.vocab, b.String())
+	}
+	return c
+}
+
+func (c *corpus) words(n int) string {
+	w := make([]string, n)
+	for i := range w {
+		w[i] = c.vocab[c.zipf.Uint64()]
+	}
+	return strings.Join(w, " ")
+}
+
+// record builds an entry whose Raw is a ~1 KB signed-record-like JSON.
+func (c *corpus) record(i int, at int64) Entry {
+	var e Entry
+	for f := range e.Texts {
+		e.Texts[f] = c.words(8 + c.rng.IntN(10))
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "bench-%d-%d", i, c.rng.Uint64()))
+	e.Key = "cmb1-" + hex.EncodeToString(sum[:])
+	e.CreatedBy = fmt.Sprintf("0190c2d4-%04x-7000-8000-%012x", i%8, i%8)
+	e.CreatedAt = at
+	e.Group = "bench"
+	fields := map[string]any{}
+	names := FieldNames()
+	for f, t := range e.Texts {
+		fields[names[f]] = map[string]string{"text": t}
+	}
+	sig := make([]byte, 64)
+	for j := range sig {
+		sig[j] = byte(c.rng.Uint32())
+	}
+	raw, _ := json.Marshal(map[string]any{
+		"key": e.Key, "createdBy": e.CreatedBy, "createdAt": at, "group": e.Group,
+		"fields": fields, "sig": base64.RawURLEncoding.EncodeToString(sig), "sigAlg": "ed25519",
+	})
+	// Pad or trim the last text so every record is close to 1 KB on the wire.
+	for len(raw) < 1000 {
+		e.Texts[6] += " " + c.words(1)
+		fields["mood"] = map[string]string{"text": e.Texts[6]}
+		raw, _ = json.Marshal(map[string]any{
+			"key": e.Key, "createdBy": e.CreatedBy, "createdAt": at, "group": e.Group,
+			"fields": fields, "sig": base64.RawURLEncoding.EncodeToString(sig), "sigAlg": "ed25519",
+		})
+	}
+	e.Raw = raw
+	return e
+}
+
+func BenchmarkPut1KB(b *testing.B) {
+	for _, writers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			s, err := Open(b.TempDir(), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			c := newCorpus(1)
+			entries := make([]Entry, b.N)
+			for i := range entries {
+				entries[i] = c.record(i, testBase+int64(i))
+			}
+			var next atomic.Int64
+			ctx := context.Background()
+			b.SetBytes(int64(len(entries[0].Raw)))
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= len(entries) {
+							return
+						}
+						if _, _, err := s.Put(ctx, entries[i], Meta{}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "puts/s")
+			st, _ := s.Stats(ctx)
+			b.ReportMetric(float64(st.CommittedJobs)/float64(max(st.Commits, 1)), "puts/commit")
+		})
+	}
+}
+
+// BenchmarkStore100k loads 100,000 1 KB records, then measures disk use per
+// record, reopen time (which rebuilds the text index), and get and search
+// latency percentiles.
+func BenchmarkStore100k(b *testing.B) {
+	const n = 100_000
+	dir := b.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	c := newCorpus(2)
+	keys := make([]string, 0, n)
+	var rawBytes int64
+	for start := 0; start < n; start += 1000 {
+		items := make([]Item, 0, 1000)
+		for i := start; i < start+1000; i++ {
+			e := c.record(i, testBase+int64(i)*1000)
+			keys = append(keys, e.Key)
+			rawBytes += int64(len(e.Raw))
+			items = append(items, Item{Entry: e})
+		}
+		if _, err := s.PutMany(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	disk, err := DirDiskBytes(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	s, err = Open(dir, Options{Now: func() time.Time { return time.UnixMilli(testBase + n*1000) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	openMs := float64(time.Since(t0).Microseconds()) / 1000
+	defer s.Close()
+	b.Logf("%d records, %.0f raw bytes/record, %d bytes on disk, reopen %.0f ms", n, float64(rawBytes)/n, disk, openMs)
+
+	b.Run("disk", func(b *testing.B) {
+		for range b.N {
+		}
+		b.ReportMetric(float64(disk)/n, "disk-B/record")
+		b.ReportMetric(float64(rawBytes)/n, "raw-B/record")
+		b.ReportMetric(openMs, "reopen-ms")
+	})
+	b.Run("get", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(3, 3))
+		lat := make([]time.Duration, 0, b.N)
+		for range b.N {
+			k := keys[rng.IntN(len(keys))]
+			t := time.Now()
+			if _, err := s.Get(ctx, k); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		reportPercentiles(b, lat)
+	})
+	b.Run("search", func(b *testing.B) {
+		qc := newCorpus(4)
+		opts := SearchOptions{Limit: 10, RecencyWeight: 0.5}
+		lat := make([]time.Duration, 0, b.N)
+		for range b.N {
+			q := qc.words(2 + qc.rng.IntN(3))
+			t := time.Now()
+			if _, err := s.Search(ctx, q, opts); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		reportPercentiles(b, lat)
+	})
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
