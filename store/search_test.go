@@ -14,7 +14,7 @@ func TestTokenize(t *testing.T) {
 		{"can't stop; won’t stop", "can't stop won’t stop"},
 		{"pi is 3.14, not 1,000.5", "pi is 3.14 not 1,000.5"},
 		{"STRASSE Straße", "strasse strasse"}, // full case folding
-		{"Cafe\u0301 café", "café café"},       // NFC
+		{"Cafe\u0301 café", "café café"},      // NFC
 		{"snake_case and kebab-case", "snake_case and kebab case"},
 		{"end. Next", "end next"},
 		{"東京タワー", "東 京 タワー"}, // ideographs one by one, katakana as a word
