@@ -1,0 +1,29 @@
+package events
+
+import "testing"
+
+func TestSlowSubscriberIsDroppedOthersKeepReceiving(t *testing.T) {
+	b := NewBus()
+	slow := b.Subscribe(2)
+	fast := b.Subscribe(100)
+	for i := 0; i < 10; i++ {
+		b.Publish(Event{Name: CMBAccepted, Data: i})
+		<-fast.C
+	}
+	select {
+	case <-slow.Done():
+	default:
+		t.Fatal("slow subscriber not dropped")
+	}
+	if !slow.Overflowed.Load() || b.Dropped() != 1 || b.Subscribers() != 1 {
+		t.Fatalf("overflow %v dropped %d subs %d", slow.Overflowed.Load(), b.Dropped(), b.Subscribers())
+	}
+	if len(slow.C) != 2 {
+		t.Fatalf("slow queue holds %d, want the 2 it could take", len(slow.C))
+	}
+	fast.Close()
+	fast.Close() // idempotent
+	if b.Subscribers() != 0 {
+		t.Fatal("closed subscriber still registered")
+	}
+}

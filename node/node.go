@@ -1,0 +1,328 @@
+// Package node is the daemon's core: it holds the identity, the store and
+// the event bus, and owns the two ways a record enters the node — authored
+// here (Remember, Publish) or received from the mesh (Check, then Accept).
+// The local socket, the mesh and the CGP provider are adapters around it.
+package node
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"cmbnode/cmb"
+	"cmbnode/e2e"
+	"cmbnode/group"
+	"cmbnode/lineage"
+	"cmbnode/node/events"
+	"cmbnode/node/identity"
+	"cmbnode/store"
+)
+
+// SourceLocal marks records authored on this machine.
+const SourceLocal = "local"
+
+// Options configure a Node.
+type Options struct {
+	Home     string
+	Group    string
+	Identity *identity.Identity
+	Logger   *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// StoreOptions tune the badger store.
+	StoreOptions store.Options
+}
+
+// Mesh is the node's link to its group. The node runs alone until one is attached.
+type Mesh interface {
+	// Publish broadcasts a record (sealed or not) to the group.
+	Publish(ctx context.Context, rec *cmb.Record) error
+	// Peers lists handshaken peers.
+	Peers() []PeerInfo
+	// PeerID and Addrs describe this node on the network.
+	PeerID() string
+	Addrs() []string
+}
+
+// PeerInfo describes one handshaken peer.
+type PeerInfo struct {
+	NodeID string   `json:"nodeId"`
+	Name   string   `json:"name"`
+	PeerID string   `json:"peerId"`
+	Group  string   `json:"group"`
+	Addrs  []string `json:"addrs"`
+}
+
+// Node is a running node's core. Its methods are safe for concurrent use.
+type Node struct {
+	id    *identity.Identity
+	group string
+	home  string
+	st    *store.Store
+	bus   *events.Bus
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu   sync.RWMutex
+	mesh Mesh
+
+	boxMu sync.Mutex
+	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
+
+	Counters Counters
+}
+
+// Open opens the store under home and returns a node ready to serve.
+func Open(opts Options) (*Node, error) {
+	if opts.Identity == nil {
+		return nil, errors.New("open node: no identity")
+	}
+	g := group.Normalize(opts.Group)
+	if err := group.Validate(g); err != nil {
+		return nil, fmt.Errorf("open node: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	so := opts.StoreOptions
+	if so.Home == "" {
+		so.Home = opts.Home
+	}
+	if so.Logger == nil {
+		so.Logger = opts.Logger.With("component", "store")
+	}
+	if so.Now == nil {
+		so.Now = opts.Now
+	}
+	st, err := store.Open(StoreDir(opts.Home), so)
+	if err != nil {
+		return nil, err
+	}
+	return &Node{
+		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
+		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{},
+	}, nil
+}
+
+// StoreDir is where a home keeps its badger store.
+func StoreDir(home string) string { return filepath.Join(home, "store") }
+
+// Close closes the store. Detach the mesh first.
+func (n *Node) Close() error { return n.st.Close() }
+
+// AttachMesh connects the node to its group (nil detaches).
+func (n *Node) AttachMesh(m Mesh) {
+	n.mu.Lock()
+	n.mesh = m
+	n.mu.Unlock()
+}
+
+func (n *Node) getMesh() Mesh {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mesh
+}
+
+// Identity, Group, Store and Events expose the parts adapters need.
+func (n *Node) Identity() *identity.Identity { return n.id }
+func (n *Node) Group() string                { return n.group }
+func (n *Node) Store() *store.Store          { return n.st }
+func (n *Node) Events() *events.Bus          { return n.bus }
+func (n *Node) Logger() *slog.Logger         { return n.log }
+
+// RememberInput is what an agent asks the node to author.
+type RememberInput struct {
+	Fields  cmb.Fields
+	Parents []string
+	To      string // recipient nodeId for a directed CMB
+}
+
+// Result says what happened to a record handed to the node.
+type Result struct {
+	Key       string `json:"key"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// Error kinds adapters map onto their own codes.
+var (
+	ErrBadRequest  = errors.New("bad request")
+	ErrRejected    = errors.New("rejected")
+	ErrNotFound    = errors.New("not found")
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Remember builds and signs a record as this node, stores it durably and only
+// then publishes it. A directed record is kept here in clear and travels
+// sealed for its recipient.
+func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
+	parents := dedupe(in.Parents)
+	for _, p := range parents {
+		if cmb.SchemeOf(p) == cmb.SchemeUnknown {
+			return Result{}, fmt.Errorf("%w: parent %q is not a CMB key", ErrBadRequest, p)
+		}
+	}
+	ancestors, missing, err := lineage.Resolve(ctx, n.st, parents)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(missing) > 0 {
+		return Result{}, fmt.Errorf("%w: parent %s is not held by this node, so its ancestors are unknown", ErrNotFound, missing[0])
+	}
+	var recipientBox *e2e.Box
+	if in.To != "" {
+		if err := cmb.ValidateNodeID(in.To); err != nil {
+			return Result{}, fmt.Errorf("%w: to: %v", ErrBadRequest, err)
+		}
+		if recipientBox, err = n.boxFor(ctx, in.To); err != nil {
+			return Result{}, err
+		}
+	}
+	rec, err := cmb.Build(cmb.Draft{
+		Fields: in.Fields, Parents: parents, Ancestors: ancestors, Group: n.group,
+		To: strings.ToLower(in.To), CreatedBy: n.id.NodeID, CreatedAt: n.now().UnixMilli(),
+	}, n.id.Ed25519)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	meta := store.Meta{Source: SourceLocal, Verified: true, Directed: in.To != ""}
+	dup, err := n.put(ctx, rec, meta)
+	if err != nil {
+		return Result{}, err
+	}
+	n.Counters.Authored.Add(1)
+	if !dup {
+		out := rec
+		if recipientBox != nil {
+			if out, err = e2e.SealRecord(rec, recipientBox, rand.Reader); err != nil {
+				return Result{}, err
+			}
+		}
+		n.publish(ctx, out)
+	}
+	return Result{Key: rec.Key, Duplicate: dup}, nil
+}
+
+// Publish takes a record an agent signed with its own identity: it is
+// verified against pub (pinned in the roster on first sight), stored, and
+// published.
+func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicKey) (Result, error) {
+	if rec.IsSealed() {
+		return Result{}, fmt.Errorf("%w: publish the record in clear; the node seals directed records itself", ErrBadRequest)
+	}
+	if err := rec.Verify(cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: rec.To}, AuthorKey: pub}); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	if err := n.pinAuthor(ctx, rec.CreatedBy, pub, nil, ""); err != nil {
+		return Result{}, err
+	}
+	if missing, err := lineage.MissingParents(ctx, n.st, rec.Parents()); err != nil {
+		return Result{}, err
+	} else if len(missing) > 0 {
+		return Result{}, fmt.Errorf("%w: parent %s is not held by this node", ErrNotFound, missing[0])
+	}
+	dup, err := n.put(ctx, rec, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
+	if err != nil {
+		return Result{}, err
+	}
+	if !dup {
+		n.publish(ctx, rec)
+	}
+	return Result{Key: rec.Key, Duplicate: dup}, nil
+}
+
+func (n *Node) publish(ctx context.Context, rec *cmb.Record) {
+	m := n.getMesh()
+	if m == nil {
+		return
+	}
+	if err := m.Publish(ctx, rec); err != nil {
+		// The record is durable here; catch-up delivers it when the mesh can.
+		n.log.Warn("publish failed; peers will get it on catch-up", "key", rec.Key, "err", err)
+	}
+}
+
+// boxFor returns the E2E box for a recipient whose X25519 key the roster holds.
+func (n *Node) boxFor(ctx context.Context, nodeID string) (*e2e.Box, error) {
+	p, err := n.st.GetPeer(ctx, strings.ToLower(nodeID))
+	if errors.Is(err, store.ErrNotFound) || (err == nil && len(p.X25519) == 0) {
+		return nil, fmt.Errorf("%w: no encryption key is known for %s; it must have connected to this node's group first", ErrNotFound, nodeID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return n.box(p.X25519)
+}
+
+func (n *Node) box(peerX25519 []byte) (*e2e.Box, error) {
+	n.boxMu.Lock()
+	defer n.boxMu.Unlock()
+	if b, ok := n.boxes[string(peerX25519)]; ok {
+		return b, nil
+	}
+	pub, err := e2e.ParsePublicKey(cmb.EncodeKey(peerX25519))
+	if err != nil {
+		return nil, fmt.Errorf("peer X25519 key: %w", err)
+	}
+	b, err := e2e.NewBox(n.id.X25519, pub)
+	if err != nil {
+		return nil, err
+	}
+	if len(n.boxes) > 4096 { // bound the cache; rebuilding a box is one X25519
+		clear(n.boxes)
+	}
+	n.boxes[string(peerX25519)] = b
+	return b, nil
+}
+
+// pinAuthor records an author's keys on first sight and refuses a different
+// key later (TOFU, DESIGN "Authors").
+func (n *Node) pinAuthor(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
+	if cmb.ValidateNodeID(nodeID) != nil {
+		// Agent-name authors (allowed by the schema) are not pinned by nodeId.
+		return nil
+	}
+	now := n.now()
+	_, err := n.st.PutPeer(ctx, store.Peer{NodeID: strings.ToLower(nodeID), Ed25519: ed, X25519: x, Name: name, FirstSeen: now, LastSeen: now})
+	if errors.Is(err, store.ErrKeyConflict) {
+		n.Counters.KeyConflicts.Add(1)
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	return err
+}
+
+func (n *Node) put(ctx context.Context, rec *cmb.Record, m store.Meta) (bool, error) {
+	_, dup, err := n.st.Put(ctx, entryOf(rec), m)
+	if err != nil {
+		return false, fmt.Errorf("store %s: %w", rec.Key, err)
+	}
+	return dup, nil
+}
+
+func entryOf(rec *cmb.Record) store.Entry {
+	return store.Entry{
+		Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, To: rec.To,
+		Parents: rec.Parents(), Ancestors: rec.Ancestors(), Texts: rec.Fields.Texts(), Raw: rec.Encode(),
+	}
+}
+
+func dedupe(keys []string) []string {
+	seen := make(map[string]struct{}, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
+}

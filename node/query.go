@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"cmbnode/cmb"
+	"cmbnode/lineage"
+	"cmbnode/store"
+)
+
+// FieldsJSON is the seven fields as agents see them: name → {text, valence?, arousal?}.
+type FieldsJSON map[string]FieldJSON
+
+// FieldJSON is one field in FieldsJSON.
+type FieldJSON struct {
+	Text    string   `json:"text"`
+	Valence *float64 `json:"valence,omitempty"`
+	Arousal *float64 `json:"arousal,omitempty"`
+}
+
+// FieldsView renders fields for agents.
+func FieldsView(f *cmb.Fields) FieldsJSON {
+	out := make(FieldsJSON, cmb.NumFields)
+	for i, name := range cmb.FieldNames {
+		out[name] = FieldJSON{Text: f[i].Text, Valence: f[i].Valence, Arousal: f[i].Arousal}
+	}
+	return out
+}
+
+// RecallHit is one ranked search result.
+type RecallHit struct {
+	Key       string     `json:"key"`
+	CreatedBy string     `json:"createdBy"`
+	CreatedAt int64      `json:"createdAt"`
+	Group     string     `json:"group"`
+	Fields    FieldsJSON `json:"fields"`
+	Score     float64    `json:"score"`
+}
+
+// MaxRecall bounds one recall.
+const MaxRecall = 1000
+
+// Recall ranks stored records against query (text relevance plus recency).
+func (n *Node) Recall(ctx context.Context, query string, limit int) ([]RecallHit, error) {
+	if limit <= 0 {
+		limit = 10
+	}
+	if limit > MaxRecall {
+		return nil, fmt.Errorf("%w: limit %d is over %d", ErrBadRequest, limit, MaxRecall)
+	}
+	hits, err := n.st.Search(ctx, query, store.SearchOptions{Limit: limit, RecencyWeight: 0.1, AsOf: n.now()})
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
+	}
+	out := make([]RecallHit, 0, len(hits))
+	for _, h := range hits {
+		rec, err := n.record(ctx, h.Key)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				continue // purged between search and read
+			}
+			return nil, err
+		}
+		out = append(out, RecallHit{Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, Fields: FieldsView(&rec.Fields), Score: h.Score})
+	}
+	return out, nil
+}
+
+// Stored is a record as held, with its local metadata.
+type Stored struct {
+	Record   *cmb.Record
+	Raw      json.RawMessage
+	StoredAt time.Time
+	Source   string
+	Directed bool
+}
+
+// Get returns one held record exactly as received.
+func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
+	r, err := n.st.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no record %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	rec, err := cmb.Decode(r.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("stored record %s does not decode: %w", key, err)
+	}
+	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed}, nil
+}
+
+func (n *Node) record(ctx context.Context, key string) (*cmb.Record, error) {
+	s, err := n.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return s.Record, nil
+}
+
+// LineageResult lists a record's relatives, nearest first.
+type LineageResult struct {
+	Key         string   `json:"key"`
+	Ancestors   []string `json:"ancestors"`
+	Descendants []string `json:"descendants"`
+}
+
+// MaxLineageDepth bounds one lineage walk.
+const MaxLineageDepth = 1000
+
+// Lineage walks up to depth hops each way (0 means MaxLineageDepth).
+func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResult, error) {
+	if depth <= 0 || depth > MaxLineageDepth {
+		depth = MaxLineageDepth
+	}
+	if ok, err := n.st.Has(ctx, key); err != nil {
+		return LineageResult{}, err
+	} else if !ok {
+		return LineageResult{}, fmt.Errorf("%w: no record %s", ErrNotFound, key)
+	}
+	anc, err := lineage.AncestorsOf(ctx, n.st, key, depth)
+	if err != nil {
+		return LineageResult{}, fmt.Errorf("ancestors of %s: %w", key, err)
+	}
+	desc, err := lineage.Descendants(ctx, n.st, key, depth)
+	if err != nil {
+		return LineageResult{}, fmt.Errorf("descendants of %s: %w", key, err)
+	}
+	res := LineageResult{Key: key, Ancestors: make([]string, 0, len(anc)), Descendants: make([]string, 0, len(desc))}
+	for _, a := range anc {
+		res.Ancestors = append(res.Ancestors, a.Key)
+	}
+	for _, d := range desc {
+		res.Descendants = append(res.Descendants, d.Key)
+	}
+	return res, nil
+}
+
+// Status describes the running node.
+type Status struct {
+	NodeID    string   `json:"nodeId"`
+	PeerID    string   `json:"peerId"`
+	Name      string   `json:"name"`
+	Group     string   `json:"group"`
+	Addrs     []string `json:"addrs"`
+	Peers     int      `json:"peers"`
+	CMBs      int      `json:"cmbs"`
+	PublicKey string   `json:"publicKey"`
+	Counters  Snapshot `json:"counters"`
+	Listeners int      `json:"listeners"`
+	Dropped   int64    `json:"listenersDropped"`
+}
+
+// Status reports identity, network and counts.
+func (n *Node) Status() Status {
+	s := Status{
+		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
+		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), Counters: n.Counters.Snapshot(),
+		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(),
+	}
+	if m := n.getMesh(); m != nil {
+		s.PeerID = m.PeerID()
+		s.Addrs = m.Addrs()
+		s.Peers = len(m.Peers())
+	}
+	return s
+}
+
+// Peers lists handshaken peers (none while the node runs alone).
+func (n *Node) Peers() []PeerInfo {
+	if m := n.getMesh(); m != nil {
+		if p := m.Peers(); p != nil {
+			return p
+		}
+	}
+	return []PeerInfo{}
+}
