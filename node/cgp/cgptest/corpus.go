@@ -73,9 +73,15 @@ func Corpus(n int, seed uint64) []cgp.Record {
 			StoredAt:   created.Add(time.Duration(1+rng.IntN(600)) * time.Second),
 		}
 		intent := "decision"
-		if i > 3 && rng.IntN(3) == 0 {
-			// Remix a recent record, preferably on the same topic.
+		remix := i > 3 && rng.IntN(3) == 0
+		if remix || i == 12 {
+			// Remix a recent record, preferably on the same topic. Record 12
+			// always supersedes record 5, so a matching record with valid_to
+			// exists before every as-of pin.
 			pi := i - 1 - rng.IntN(min(i, 12))
+			if i == 12 {
+				pi = 5
+			}
 			topic = topicOf[pi]
 			r.Parents = []string{recs[pi].Key}
 			if rng.IntN(6) == 0 {
@@ -83,7 +89,7 @@ func Corpus(n int, seed uint64) []cgp.Record {
 					r.Parents = append(r.Parents, recs[pj].Key)
 				}
 			}
-			if rng.IntN(4) == 0 && recs[pi].ValidTo.IsZero() {
+			if (i == 12 || rng.IntN(3) == 0) && recs[pi].ValidTo.IsZero() {
 				intent = "supersede"
 				recs[pi].ValidTo = created
 			} else {
