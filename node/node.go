@@ -199,8 +199,8 @@ func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	n.Counters.Authored.Add(1)
 	if !dup {
+		n.Counters.Authored.Add(1)
 		out := rec
 		if recipientBox != nil {
 			if out, err = e2e.SealRecord(rec, recipientBox, rand.Reader); err != nil {
