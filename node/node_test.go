@@ -242,4 +242,3 @@ func TestPublishAgentSignedRecord(t *testing.T) {
 		t.Fatalf("rejected key pinned: %v", err)
 	}
 }
-
