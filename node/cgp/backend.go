@@ -67,6 +67,9 @@ type Record struct {
 	// Raw is the record JSON as received; the provenance digest is SHA-256
 	// over its JCS canonical form, so a host holding the record can check it.
 	Raw []byte
+	// RawDigest, if set, is RecordDigest(Raw) computed once when stored;
+	// canonicalising on every query is the dominant rendering cost.
+	RawDigest string
 }
 
 // Fields are the seven CAT7 field texts plus the mood's affect numbers.
@@ -126,6 +129,7 @@ type MemBackend struct {
 	mu       sync.RWMutex
 	recs     map[string]*memRec
 	children map[string][]string
+	postings map[string][]string // term -> keys, an inverted index
 	newest   time.Time
 }
 
@@ -136,7 +140,7 @@ type memRec struct {
 
 // NewMemBackend returns an empty MemBackend.
 func NewMemBackend() *MemBackend {
-	return &MemBackend{recs: map[string]*memRec{}, children: map[string][]string{}}
+	return &MemBackend{recs: map[string]*memRec{}, children: map[string][]string{}, postings: map[string][]string{}}
 }
 
 // Put stores or replaces a record. Replacing lets tests change a record's
@@ -145,6 +149,11 @@ func (m *MemBackend) Put(r Record) error {
 	if r.Key == "" {
 		return fmt.Errorf("cgp: MemBackend.Put: record has no key")
 	}
+	if r.RawDigest == "" {
+		if d := RecordDigest(r.Raw); d != nil {
+			r.RawDigest = *d
+		}
+	}
 	terms := map[string]bool{}
 	f := r.Fields
 	for _, t := range Terms(strings.Join([]string{f.Focus, f.Issue, f.Intent, f.Motivation, f.Commitment, f.Perspective, f.Mood, r.AuthorName}, " ")) {
@@ -152,14 +161,13 @@ func (m *MemBackend) Put(r Record) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if old, ok := m.recs[r.Key]; ok {
-		for _, p := range old.rec.Parents {
-			m.children[p] = slices.DeleteFunc(m.children[p], func(k string) bool { return k == r.Key })
-		}
-	}
+	m.unlink(r.Key)
 	m.recs[r.Key] = &memRec{rec: r, terms: terms}
 	for _, p := range r.Parents {
 		m.children[p] = append(m.children[p], r.Key)
+	}
+	for t := range terms {
+		m.postings[t] = append(m.postings[t], r.Key)
 	}
 	if r.CreatedAt.After(m.newest) {
 		m.newest = r.CreatedAt
@@ -171,12 +179,23 @@ func (m *MemBackend) Put(r Record) error {
 func (m *MemBackend) Delete(key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if old, ok := m.recs[key]; ok {
-		for _, p := range old.rec.Parents {
-			m.children[p] = slices.DeleteFunc(m.children[p], func(k string) bool { return k == key })
-		}
-		delete(m.recs, key)
+	m.unlink(key)
+}
+
+// unlink removes key from the record map and every index; m.mu is held.
+func (m *MemBackend) unlink(key string) {
+	old, ok := m.recs[key]
+	if !ok {
+		return
 	}
+	is := func(k string) bool { return k == key }
+	for _, p := range old.rec.Parents {
+		m.children[p] = slices.DeleteFunc(m.children[p], is)
+	}
+	for t := range old.terms {
+		m.postings[t] = slices.DeleteFunc(m.postings[t], is)
+	}
+	delete(m.recs, key)
 }
 
 // Len reports how many records are held.
@@ -194,21 +213,19 @@ func (m *MemBackend) Search(ctx context.Context, text string, opts SearchOptions
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	var hits []Hit
-	for key, r := range m.recs {
-		if err := ctx.Err(); err != nil {
-			return SearchResult{}, fmt.Errorf("cgp: MemBackend.Search: %w", err)
+	matched := map[string]int{}
+	for _, t := range terms {
+		for _, k := range m.postings[t] {
+			matched[k]++
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return SearchResult{}, fmt.Errorf("cgp: MemBackend.Search: %w", err)
+	}
+	hits := make([]Hit, 0, len(matched))
+	for key, n := range matched {
+		r := m.recs[key]
 		if opts.AsOf != nil && !ValidAt(r.rec, *opts.AsOf) {
-			continue
-		}
-		n := 0
-		for _, t := range terms {
-			if r.terms[t] {
-				n++
-			}
-		}
-		if n == 0 {
 			continue
 		}
 		hits = append(hits, Hit{Key: key, Score: RankScore(float64(n)/float64(len(terms)), r.rec.CreatedAt, m.newest)})
@@ -225,9 +242,6 @@ func (m *MemBackend) Search(ctx context.Context, text string, opts SearchOptions
 	total := len(hits)
 	if opts.Limit > 0 && len(hits) > opts.Limit {
 		hits = hits[:opts.Limit]
-	}
-	if hits == nil {
-		hits = []Hit{}
 	}
 	return SearchResult{Hits: hits, Total: total}, nil
 }

@@ -232,34 +232,36 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 		dropped   int
 		seenSets  = map[string]bool{}
 	)
-	for i, c := range cands {
+	for _, c := range cands {
 		if err := ctx.Err(); err != nil {
 			return nil, e.unavailable("query", err)
 		}
-		if len(res.Frames) >= int(q.MaxFrames) {
-			dropped += len(cands) - i
-			break
-		}
-		var f Frame
-		switch c.kind {
-		case KindMemory:
-			f, err = e.memoryFrame(ctx, c.rec)
-		case KindEpisode:
-			var members []Record
-			var ok bool
-			f, members, ok, err = e.episodeFrame(ctx, c.rec, asOf)
-			if err == nil && !ok {
+		var members []Record
+		if c.kind == KindEpisode {
+			// Threads are compared before the frame limit applies, so a
+			// narrative already served under another member's id is neither
+			// served again nor counted as dropped.
+			members, err = e.thread(ctx, c.rec, asOf)
+			if err != nil {
+				return nil, e.unavailable("thread", err)
+			}
+			if len(members) < 2 {
 				continue
 			}
-			if err == nil {
-				set := memberSet(members)
-				if seenSets[set] {
-					continue // the same narrative already ranked higher
-				}
-				seenSets[set] = true
+			set := memberSet(members)
+			if seenSets[set] {
+				continue
 			}
+			seenSets[set] = true
 		}
-		if err != nil {
+		if len(res.Frames) >= int(q.MaxFrames) {
+			dropped++
+			continue
+		}
+		var f Frame
+		if c.kind == KindEpisode {
+			f = e.episodeFrameOf(c.rec, members, asOf)
+		} else if f, err = e.memoryFrame(ctx, c.rec); err != nil {
 			return nil, e.unavailable("render", err)
 		}
 		f.Score = round6(c.score)

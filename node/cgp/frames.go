@@ -197,9 +197,10 @@ func orNeutral(s string) string {
 	return s
 }
 
-// recordDigest is SHA-256 over the JCS form of the record as received, so a
-// host holding the CMB can recompute it; nil when Raw is not JSON.
-func recordDigest(raw []byte) *string {
+// RecordDigest is SHA-256 over the JCS (RFC 8785) form of a record as
+// received, so a host holding the CMB can recompute it; nil when raw is
+// empty or not JSON.
+func RecordDigest(raw []byte) *string {
 	if len(raw) == 0 {
 		return nil
 	}
@@ -228,7 +229,13 @@ func (e *Engine) group(r Record) string {
 }
 
 func (e *Engine) cmbLink(r Record) Link {
-	return Link{Type: linkTypeCMB, URI: strp(CMBURI(e.group(r), r.Key)), Digest: recordDigest(r.Raw),
+	var d *string
+	if r.RawDigest != "" {
+		d = strp(r.RawDigest)
+	} else {
+		d = RecordDigest(r.Raw)
+	}
+	return Link{Type: linkTypeCMB, URI: strp(CMBURI(e.group(r), r.Key)), Digest: d,
 		Method: strp(cmbMethod(r.Key)), By: strp(clean(r.CreatedBy))}
 }
 
@@ -378,6 +385,11 @@ func (e *Engine) episodeFrame(ctx context.Context, focal Record, asOf *time.Time
 	if len(members) < 2 {
 		return Frame{}, nil, false, nil
 	}
+	return e.episodeFrameOf(focal, members, asOf), members, true, nil
+}
+
+// episodeFrameOf renders a thread already collected by thread.
+func (e *Engine) episodeFrameOf(focal Record, members []Record, asOf *time.Time) Frame {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Thread of %d CMBs around %s, oldest first:\n", len(members), focal.Key)
 	var latest, stored time.Time
@@ -410,5 +422,5 @@ func (e *Engine) episodeFrame(ctx context.Context, focal Record, asOf *time.Time
 		f.RecordedAt = FormatTime(stored)
 	}
 	withBody(&f, b.String())
-	return f, members, true, nil
+	return f
 }

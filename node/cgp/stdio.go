@@ -23,11 +23,15 @@ type ServeOptions struct {
 	// Concurrency bounds queries/verifies in flight (replies may then come
 	// out of order, which correlation allows). Default 4.
 	Concurrency int
+	// ShutdownGrace is how long `shutdown` waits for replies in flight
+	// before returning. Default 500 ms, well inside the host's 2 s.
+	ShutdownGrace time.Duration
 }
 
 // Serve runs the stdio binding: one envelope per line each way, replies
 // written whole (one Write of envelope+"\n" per reply, under a mutex). It
-// returns nil on `shutdown` (abandoning requests in flight) and on EOF
+// returns nil on `shutdown` (after at most ShutdownGrace for requests in
+// flight) and on EOF
 // (after finishing requests in flight), and an error only when reading or
 // writing fails or ctx ends. Lines longer than MaxInputLine get
 // bad_request and are skipped; the provider keeps serving.
@@ -41,11 +45,17 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeO
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 4
 	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 500 * time.Millisecond
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	sess := NewSession(h, opts.Logger)
 	out := &lineWriter{w: w}
+	// Nothing may reach stdout once Serve has returned: a request still
+	// running after shutdown is abandoned silently.
+	defer out.close()
 	sem := make(chan struct{}, opts.Concurrency)
 	var wg sync.WaitGroup
 
@@ -86,7 +96,10 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeO
 		} else if len(l.line) > 0 {
 			reply, job, outcome := sess.Prepare(l.line)
 			if outcome == Stop {
-				opts.Logger.Debug("cgp shutdown requested")
+				// Replies already being computed get a short grace (a piped
+				// script may send shutdown right after its queries); the
+				// host kills us 2 s after shutdown, so never wait longer.
+				waitGrace(&wg, opts.ShutdownGrace)
 				return nil
 			}
 			if reply != nil {
@@ -126,14 +139,24 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeO
 // lineWriter makes each envelope one Write, so concurrent replies never
 // interleave and a pipe reader sees whole lines.
 type lineWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf []byte
+	mu     sync.Mutex
+	w      io.Writer
+	buf    []byte
+	closed bool
+}
+
+func (lw *lineWriter) close() {
+	lw.mu.Lock()
+	lw.closed = true
+	lw.mu.Unlock()
 }
 
 func (lw *lineWriter) write(b []byte) error {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	if lw.closed {
+		return nil
+	}
 	lw.buf = append(append(lw.buf[:0], b...), '\n')
 	if _, err := lw.w.Write(lw.buf); err != nil {
 		return fmt.Errorf("cgp: write: %w", err)
@@ -167,5 +190,17 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 			line = line[:n-1]
 		}
 		return line, tooLong, err
+	}
+}
+
+func waitGrace(wg *sync.WaitGroup, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
 	}
 }
