@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,54 @@ func TestSearchRanking(t *testing.T) {
 	}
 	if got := searchKeys(t, s, "sync", SearchOptions{Limit: 3}); len(got) != 3 {
 		t.Fatalf("limit: %v", got)
+	}
+}
+
+// TestSearchPruningIsExact checks that MaxScore pruning returns exactly what
+// scoring every posting returns, on a Zipf corpus where pruning kicks in.
+func TestSearchPruningIsExact(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{Now: func() time.Time { return time.UnixMilli(testBase + 3000*1000) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := newCorpus(9)
+	var items []Item
+	for i := range 3000 {
+		e := c.record(i, testBase+int64(i)*1000)
+		if i%3 == 0 {
+			e.Group = "other"
+		}
+		items = append(items, Item{Entry: e})
+	}
+	if _, err := s.PutMany(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	qc := newCorpus(10)
+	for i := range 300 {
+		q := qc.words(1 + i%5)
+		o := SearchOptions{Limit: 1 + i%12, RecencyWeight: float64(i%3) * 0.7, HalfLife: time.Hour}
+		if i%4 == 0 {
+			o.Group = "other"
+		}
+		if i%5 == 0 {
+			o.FieldWeights = [NumFields]float64{2, 0, 1, 1, 0.5, 1, 3}
+		}
+		if i%7 == 0 {
+			o.AsOf = time.UnixMilli(testBase + 1500*1000)
+		}
+		pruned, _ := s.Search(ctx, q, o)
+		s.idx.exhaustive = true
+		full, _ := s.Search(ctx, q, o)
+		s.idx.exhaustive = false
+		if len(pruned) != len(full) {
+			t.Fatalf("query %q %+v: %d hits pruned, %d exhaustive", q, o, len(pruned), len(full))
+		}
+		for j := range full {
+			if pruned[j].Key != full[j].Key || math.Abs(pruned[j].Score-full[j].Score) > 1e-9 {
+				t.Fatalf("query %q %+v: hit %d differs: %+v vs %+v", q, o, j, pruned[j], full[j])
+			}
+		}
 	}
 }

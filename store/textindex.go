@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -24,15 +26,30 @@ type textIndex struct {
 	totalLen [NumFields]int64
 
 	scratch sync.Pool // *scoreScratch
+	// exhaustive disables MaxScore pruning; tests compare both paths.
+	exhaustive bool
 }
 
-// A posting packs doc<<32 | field<<29 | tf.
+// A posting packs doc<<32 | field<<29 | tf<<17 | fieldLen. Carrying the
+// field length in the posting lets BM25 score a posting without touching
+// the document table, which is what makes long posting lists cheap.
 type postingList struct {
 	df   [NumFields]int32
 	post []uint64
 }
 
-const tfMask = 1<<29 - 1
+const (
+	tfMax  = 1<<12 - 1
+	lenMax = 1<<17 - 1
+)
+
+func packPosting(doc uint32, field uint8, tf, flen uint32) uint64 {
+	return uint64(doc)<<32 | uint64(field)<<29 | uint64(min(tf, tfMax))<<17 | uint64(min(flen, lenMax))
+}
+
+func unpackPosting(p uint64) (doc uint32, field int, tf, flen uint32) {
+	return uint32(p >> 32), int(p>>29) & 7, uint32(p>>17) & tfMax, uint32(p) & lenMax
+}
 
 type docInfo struct {
 	key       string
@@ -89,8 +106,7 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 			pl = &postingList{}
 			x.terms[ft.term] = pl
 		}
-		tf := min(ft.tf, tfMask)
-		pl.post = append(pl.post, uint64(id)<<32|uint64(ft.field)<<29|uint64(tf))
+		pl.post = append(pl.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
 		pl.df[ft.field]++
 	}
 }
@@ -283,47 +299,133 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 		gname = g
 	}
 	k1, b := o.K1, o.B
+	rw := max(o.RecencyWeight, 0)
+	halfLifeMs := float64(o.HalfLife.Milliseconds())
+	recency := func(id uint32) float64 {
+		if o.RecencyWeight == 0 {
+			return 0
+		}
+		age := float64(max(asOfMs-x.docs[id].createdAt, 0))
+		return o.RecencyWeight * math.Exp2(-age/halfLifeMs)
+	}
+	accept := func(id uint32) bool {
+		if !filterGroup && !hideLater {
+			return true
+		}
+		d := &x.docs[id]
+		return (!filterGroup || d.group == gname) && (!hideLater || d.createdAt <= asOfMs)
+	}
+
+	// MaxScore: score the rarest terms over their whole posting lists; once
+	// the terms left cannot lift a document that matched none so far past
+	// the current k-th best, they only add to documents already found,
+	// which costs a galloping search per candidate instead of a pass over
+	// a list that may hold most of the corpus.
+	type qterm struct {
+		post []uint64
+		wi   [NumFields]float64 // field weight × idf
+		ub   float64            // most one document can gain from this term
+	}
+	var qs []qterm
 	for _, t := range qterms {
 		pl := x.terms[t]
 		if pl == nil {
 			continue
 		}
-		var idf [NumFields]float64
-		for f := range idf {
+		q := qterm{post: pl.post}
+		for f := range q.wi {
+			if pl.df[f] == 0 {
+				continue
+			}
 			df := float64(pl.df[f])
-			idf[f] = o.FieldWeights[f] * math.Log(1+(n-df+0.5)/(df+0.5))
+			q.wi[f] = o.FieldWeights[f] * math.Log(1+(n-df+0.5)/(df+0.5))
+			q.ub += q.wi[f] * (k1 + 1)
 		}
-		for _, p := range pl.post {
-			f := (p >> 29) & 7
-			if idf[f] == 0 {
-				continue
-			}
+		if q.ub > 0 {
+			qs = append(qs, q)
+		}
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].ub > qs[j].ub })
+	rest := make([]float64, len(qs)+1)
+	for i := len(qs) - 1; i >= 0; i-- {
+		rest[i] = rest[i+1] + qs[i].ub
+	}
+	var norm [NumFields]float64
+	for f := range norm {
+		norm[f] = k1 * b / avg[f]
+	}
+	score := func(q *qterm, p uint64) float64 {
+		_, f, tfi, fl := unpackPosting(p)
+		tf := float64(tfi)
+		return q.wi[f] * tf * (k1 + 1) / (tf + k1*(1-b) + norm[f]*float64(fl))
+	}
+	i := 0
+	for ; i < len(qs); i++ {
+		// The k-th best text score so far bounds the final k-th best from
+		// below (recency only adds), so comparing with it is safe.
+		if !x.exhaustive && i > 0 && len(sc.touched) >= o.Limit && rest[i]+rw < x.kth(sc, o.Limit) {
+			break
+		}
+		// The hot loop: written out so nothing here is a closure call.
+		q := &qs[i]
+		wi, scores, touched := q.wi, sc.score, sc.touched
+		filter := filterGroup || hideLater
+		for _, p := range q.post {
 			id := uint32(p >> 32)
-			d := &x.docs[id]
-			if filterGroup && d.group != gname {
+			f := (p >> 29) & 7
+			w := wi[f]
+			if w == 0 || (filter && !accept(id)) {
 				continue
 			}
-			if hideLater && d.createdAt > asOfMs {
+			if scores[id] == 0 {
+				touched = append(touched, id)
+			}
+			tf := float64((p >> 17) & tfMax)
+			scores[id] += w * tf * (k1 + 1) / (tf + k1*(1-b) + norm[f]*float64(p&lenMax))
+		}
+		sc.touched = touched
+	}
+	if i < len(qs) {
+		cands := slices.Clone(sc.touched)
+		slices.Sort(cands)
+		for ; i < len(qs); i++ {
+			q := &qs[i]
+			if len(cands)*16 > len(q.post) {
+				// Too many candidates for searching to beat one pass.
+				for _, p := range q.post {
+					id := uint32(p >> 32)
+					if sc.score[id] != 0 && q.wi[(p>>29)&7] != 0 {
+						sc.score[id] += score(q, p)
+					}
+				}
 				continue
 			}
-			tf := float64(p & tfMask)
-			norm := k1 * (1 - b + b*float64(d.lens[f])/avg[f])
-			if sc.score[id] == 0 {
-				sc.touched = append(sc.touched, id)
+			post := q.post
+			for _, id := range cands {
+				// First posting of doc id at or after the current position.
+				k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
+					return cmp.Compare(uint32(p>>32), id)
+				})
+				post = post[k:]
+				for len(post) > 0 && uint32(post[0]>>32) == id {
+					if q.wi[(post[0]>>29)&7] != 0 {
+						sc.score[id] += score(q, post[0])
+					}
+					post = post[1:]
+				}
 			}
-			sc.score[id] += idf[f] * tf * (k1 + 1) / (tf + norm)
 		}
 	}
 
 	h := hitHeap{}
-	halfLifeMs := float64(o.HalfLife.Milliseconds())
 	for _, id := range sc.touched {
-		d := &x.docs[id]
-		hit := Hit{Key: d.key, CreatedAt: d.createdAt, Group: d.group, Text: sc.score[id]}
-		if o.RecencyWeight != 0 {
-			age := float64(max(asOfMs-d.createdAt, 0))
-			hit.Recency = o.RecencyWeight * math.Exp2(-age/halfLifeMs)
+		// A document that cannot beat the worst kept hit even with the
+		// largest possible recency is skipped before paying for exp2.
+		if len(h) == o.Limit && sc.score[id]+rw < h[0].Score {
+			continue
 		}
+		d := &x.docs[id]
+		hit := Hit{Key: d.key, CreatedAt: d.createdAt, Group: d.group, Text: sc.score[id], Recency: recency(id)}
 		hit.Score = hit.Text + hit.Recency
 		if len(h) < o.Limit {
 			heap.Push(&h, hit)
@@ -335,6 +437,35 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 	out := []Hit(h)
 	sort.Slice(out, func(i, j int) bool { return better(out[i], out[j]) })
 	return out
+}
+
+// kth is the k-th best text score so far among the documents touched;
+// only ever called with at least k of them.
+func (x *textIndex) kth(sc *scoreScratch, k int) float64 {
+	h := make(floatHeap, 0, k)
+	for _, id := range sc.touched {
+		v := sc.score[id]
+		if len(h) < k {
+			heap.Push(&h, v)
+		} else if v > h[0] {
+			h[0] = v
+			heap.Fix(&h, 0)
+		}
+	}
+	return h[0]
+}
+
+type floatHeap []float64
+
+func (h floatHeap) Len() int           { return len(h) }
+func (h floatHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h floatHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *floatHeap) Push(v any)        { *h = append(*h, v.(float64)) }
+func (h *floatHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
 }
 
 // better orders hits by score, then newer first, then key, so equal scores
@@ -377,7 +508,8 @@ func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[
 		var df [NumFields]int32
 		for _, p := range pl.post {
 			d := x.docs[p>>32]
-			set[fmt.Sprintf("%s/%d/%d/%t", d.key, (p>>29)&7, p&tfMask, d.alive)] = struct{}{}
+			_, f, tf, fl := unpackPosting(p)
+			set[fmt.Sprintf("%s/%d/%d/%d/%t", d.key, f, tf, fl, d.alive)] = struct{}{}
 			df[(p>>29)&7]++
 		}
 		if df != pl.df {
