@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"cmbnode/cmb"
@@ -102,8 +103,37 @@ func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, erro
 			Perspective: f[cmb.Perspective].Text, Mood: f[cmb.Mood].Text,
 			Valence: f[cmb.Mood].Valence, Arousal: f[cmb.Mood].Arousal,
 		},
-		Parents: rec.Parents(), Raw: r.Raw,
+		Parents: rec.Parents(), Raw: r.Raw, RawDigest: b.n.digests.get(key, r.Raw),
 	}, true, nil
+}
+
+// digestCache remembers provenance digests: a key's bytes never change, and
+// JCS-canonicalising a record on every query is the dominant rendering cost.
+type digestCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxDigests = 100_000 // ~10 MB; cleared wholesale when full
+
+func (c *digestCache) get(key string, raw []byte) string {
+	c.mu.Lock()
+	d, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return d
+	}
+	p := cgp.RecordDigest(raw)
+	if p == nil {
+		return ""
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxDigests {
+		c.m = make(map[string]string)
+	}
+	c.m[key] = *p
+	c.mu.Unlock()
+	return *p
 }
 
 // Children lists held records naming key as a parent.

@@ -76,6 +76,8 @@ type Node struct {
 	boxMu sync.Mutex
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
+	digests digestCache
+
 	Counters Counters
 }
 
