@@ -1,0 +1,363 @@
+package ipc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cmbnode/node"
+)
+
+// Client is a connection to the daemon's socket. It is safe for concurrent
+// use: every call carries its own id, so calls may overlap.
+type Client struct {
+	nc   net.Conn
+	path string
+
+	wmu  sync.Mutex
+	next atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[string]chan reply
+	err     error // why the connection ended
+
+	events        chan Event
+	eventsDropped atomic.Int64
+	done          chan struct{}
+}
+
+type reply struct {
+	raw json.RawMessage
+	err error
+}
+
+// Dial connects to the daemon socket at path. When nothing serves it the
+// error wraps ErrNoDaemon.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("connect to %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("%w at %s: %v", ErrNoDaemon, path, err)
+	}
+	c := &Client{
+		nc: nc, path: path, pending: map[string]chan reply{},
+		events: make(chan Event, 1024), done: make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Close closes the connection; calls in progress fail.
+func (c *Client) Close() error { return c.nc.Close() }
+
+// Path is the socket this client is connected to.
+func (c *Client) Path() string { return c.path }
+
+// Done is closed when the connection has ended; Err says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended (nil while it is open).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Events delivers pushed events after Listen. The channel is closed when
+// the connection ends. Events that find it full are dropped and counted
+// (EventsDropped), so an unread channel never stalls replies.
+func (c *Client) Events() <-chan Event { return c.events }
+
+// EventsDropped counts events dropped because Events was not read.
+func (c *Client) EventsDropped() int64 { return c.eventsDropped.Load() }
+
+// Call sends one request of type typ whose other members are args (a
+// struct or map that marshals to a JSON object, or nil) and returns the
+// whole result object. An error reply is returned as an *Error.
+func (c *Client) Call(ctx context.Context, typ string, args any) (json.RawMessage, error) {
+	id := strconv.FormatUint(c.next.Add(1), 10)
+	msg, err := encodeRequest(typ, id, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(msg) > MaxMessage {
+		return nil, Errorf(CodeTooLarge, "request is %d bytes, over the %d-byte limit", len(msg), MaxMessage)
+	}
+	ch := make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}
+	if err := c.write(ctx, append(msg, '\n')); err != nil {
+		forget()
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.raw, r.err
+	case <-ctx.Done():
+		forget()
+		return nil, fmt.Errorf("%s request to %s: %w", typ, c.path, ctx.Err())
+	}
+}
+
+func (c *Client) write(ctx context.Context, b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetWriteDeadline(dl)
+		defer c.nc.SetWriteDeadline(time.Time{})
+	}
+	if _, err := c.nc.Write(b); err != nil {
+		return fmt.Errorf("send to daemon at %s: %w", c.path, err)
+	}
+	return nil
+}
+
+// encodeRequest splices type and id into args' object.
+func encodeRequest(typ, id string, args any) ([]byte, error) {
+	b := []byte(`{"type":`)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendQuote(b, id)
+	if args != nil {
+		p, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s request: %w", typ, err)
+		}
+		if len(p) < 2 || p[0] != '{' {
+			return nil, fmt.Errorf("encode %s request: arguments are not an object", typ)
+		}
+		if inner := bytes.TrimSpace(p[1 : len(p)-1]); len(inner) > 0 {
+			b = append(b, ',')
+			b = append(b, inner...)
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func (c *Client) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var buf []byte
+	var err error
+	for {
+		buf, err = readLine(br, buf[:0])
+		if err != nil {
+			break
+		}
+		var head struct {
+			Type    string          `json:"type"`
+			ID      json.RawMessage `json:"id"`
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Event   string          `json:"event"`
+			Data    json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(buf, &head) != nil {
+			err = fmt.Errorf("daemon at %s sent a malformed message", c.path)
+			break
+		}
+		if head.Type == "event" {
+			select {
+			case c.events <- Event{Event: head.Event, Data: head.Data}:
+			default:
+				c.eventsDropped.Add(1)
+			}
+			continue
+		}
+		var id string
+		if json.Unmarshal(head.ID, &id) != nil {
+			// An error without an id answers no call of ours (e.g. the
+			// server refusing a connection over its limit): it ends them all.
+			if head.Type == "error" {
+				err = &Error{Code: head.Code, Message: head.Message}
+				break
+			}
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ch == nil {
+			continue // the caller gave up
+		}
+		r := reply{raw: append(json.RawMessage(nil), buf...)}
+		if head.Type == "error" {
+			r = reply{err: &Error{Code: head.Code, Message: head.Message}}
+		}
+		ch <- r
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("daemon at %s closed the connection", c.path)
+		} else if !errors.Is(err, net.ErrClosed) {
+			err = fmt.Errorf("read from daemon at %s: %w", c.path, err)
+		} else {
+			err = fmt.Errorf("connection to daemon at %s is closed", c.path)
+		}
+	}
+	c.mu.Lock()
+	c.err = err
+	for id, ch := range c.pending {
+		ch <- reply{err: err}
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	close(c.events)
+	close(c.done)
+	c.nc.Close()
+}
+
+// readLine reads one NDJSON line within the message cap.
+func readLine(br *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(buf)+len(part) > MaxMessage+2 {
+			return nil, fmt.Errorf("message over %d bytes", MaxMessage)
+		}
+		buf = append(buf, part...)
+		if err == nil {
+			if t := bytes.TrimSpace(buf); len(t) > 0 {
+				return t, nil
+			}
+			buf = buf[:0]
+			continue
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+// Typed calls. Each returns an *Error for an error reply.
+
+// RememberArgs is a remember request.
+type RememberArgs struct {
+	Fields  map[string]any `json:"fields"`
+	Parents []string       `json:"parents,omitempty"`
+	To      string         `json:"to,omitempty"`
+}
+
+// Remember asks the daemon to author a record; it returns once the record is durable.
+func (c *Client) Remember(ctx context.Context, a RememberArgs) (node.Result, error) {
+	var r node.Result
+	return r, c.call(ctx, TypeRemember, a, &r)
+}
+
+// Publish hands the daemon a record signed by the agent's own key.
+func (c *Client) Publish(ctx context.Context, rec json.RawMessage, publicKey string) (node.Result, error) {
+	var r node.Result
+	return r, c.call(ctx, TypePublish, map[string]any{"cmb": rec, "publicKey": publicKey}, &r)
+}
+
+// Recall ranks stored records against query.
+func (c *Client) Recall(ctx context.Context, query string, limit int) ([]node.RecallHit, error) {
+	var r struct {
+		Results []node.RecallHit `json:"results"`
+	}
+	err := c.call(ctx, TypeRecall, map[string]any{"query": query, "limit": limit}, &r)
+	return r.Results, err
+}
+
+// GetReply is a get result: the record as received and how it was stored.
+type GetReply struct {
+	CMB      json.RawMessage `json:"cmb"`
+	Source   string          `json:"source"`
+	StoredAt int64           `json:"storedAt"`
+	Directed bool            `json:"directed"`
+}
+
+// Get fetches one record.
+func (c *Client) Get(ctx context.Context, key string) (GetReply, error) {
+	var r GetReply
+	return r, c.call(ctx, TypeGet, map[string]any{"key": key}, &r)
+}
+
+// Lineage lists a record's ancestors and descendants (depth 0: all).
+func (c *Client) Lineage(ctx context.Context, key string, depth int) (node.LineageResult, error) {
+	var r node.LineageResult
+	return r, c.call(ctx, TypeLineage, map[string]any{"key": key, "depth": depth}, &r)
+}
+
+// StatusReply is a status result.
+type StatusReply struct {
+	node.Status
+	SocketClients        int64 `json:"socketClients"`
+	SocketClientsDropped int64 `json:"socketClientsDropped"`
+}
+
+// Status describes the running node.
+func (c *Client) Status(ctx context.Context) (StatusReply, error) {
+	var r StatusReply
+	return r, c.call(ctx, TypeStatus, nil, &r)
+}
+
+// Peers lists handshaken peers.
+func (c *Client) Peers(ctx context.Context) ([]node.PeerInfo, error) {
+	var r struct {
+		Peers []node.PeerInfo `json:"peers"`
+	}
+	err := c.call(ctx, TypePeers, nil, &r)
+	return r.Peers, err
+}
+
+// Query relays a CGP ContextQuery and returns the ContextQueryResult
+// (this and Verify make a Client usable as the CGP provider's remote).
+func (c *Client) Query(ctx context.Context, query json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		Result json.RawMessage `json:"result"`
+	}
+	err := c.call(ctx, TypeQuery, map[string]json.RawMessage{"query": query}, &r)
+	return r.Result, err
+}
+
+// Verify relays a CGP VerifyRequest and returns the VerifyResponse.
+func (c *Client) Verify(ctx context.Context, request json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		Response json.RawMessage `json:"response"`
+	}
+	err := c.call(ctx, TypeVerify, map[string]json.RawMessage{"request": request}, &r)
+	return r.Response, err
+}
+
+// Listen subscribes this connection to events; read them from Events.
+func (c *Client) Listen(ctx context.Context) error {
+	return c.call(ctx, TypeListen, nil, nil)
+}
+
+func (c *Client) call(ctx context.Context, typ string, args, out any) error {
+	raw, err := c.Call(ctx, typ, args)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("daemon at %s sent an unreadable %s reply: %w", c.path, typ, err)
+	}
+	return nil
+}

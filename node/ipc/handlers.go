@@ -1,0 +1,362 @@
+package ipc
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"cmbnode/cmb"
+	"cmbnode/node"
+	"cmbnode/node/events"
+)
+
+// Node is what the socket serves; *node.Node implements it.
+type Node interface {
+	Remember(ctx context.Context, in node.RememberInput) (node.Result, error)
+	Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicKey) (node.Result, error)
+	Recall(ctx context.Context, query string, limit int) ([]node.RecallHit, error)
+	Get(ctx context.Context, key string) (*node.Stored, error)
+	Lineage(ctx context.Context, key string, depth int) (node.LineageResult, error)
+	Status() node.Status
+	Peers() []node.PeerInfo
+	Events() *events.Bus
+}
+
+// CGPHandler answers the socket's `query` and `verify` requests with the CGP
+// payloads carried verbatim (a ContextQuery in, a ContextQueryResult out; a
+// VerifyRequest in, a VerifyResponse out). Return an *Error to choose the
+// code the agent sees (e.g. the CGP engine's own bad_request); any other
+// error is mapped like the node's (ErrBadRequest → bad_request, …, else
+// internal). Without a handler both requests reply `unavailable`.
+type CGPHandler interface {
+	Query(ctx context.Context, query json.RawMessage) (result json.RawMessage, err error)
+	Verify(ctx context.Context, request json.RawMessage) (response json.RawMessage, err error)
+}
+
+// message is one decoded request: its members, raw.
+type message map[string]json.RawMessage
+
+// codeOf maps an error onto the contract's codes.
+func codeOf(err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, node.ErrBadRequest):
+		return &Error{Code: CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, node.ErrRejected):
+		return &Error{Code: CodeRejected, Message: err.Error()}
+	case cmb.ReasonOf(err) != "":
+		// A cmb validation error reaching us is the record failing a check.
+		return &Error{Code: CodeRejected, Message: err.Error()}
+	case errors.Is(err, node.ErrNotFound):
+		return &Error{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, node.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeUnavailable, Message: err.Error()}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// handle answers one request; the reply is nil for listen, which writes its
+// own reply before its events.
+func (c *conn) handle(ctx context.Context, typ string, id json.RawMessage, m message) []byte {
+	payload, err := c.dispatch(ctx, typ, id, m)
+	if err != nil {
+		e := codeOf(err)
+		if e.Code == CodeInternal {
+			c.srv.log.Error("socket request failed", "type", typ, "err", err)
+		}
+		return encodeError(typ, id, e)
+	}
+	if payload == nil {
+		return nil
+	}
+	b, err := encodeResult(typ, id, payload)
+	if err != nil {
+		c.srv.log.Error("socket reply failed", "type", typ, "err", err)
+		return encodeError(typ, id, &Error{Code: CodeInternal, Message: err.Error()})
+	}
+	return b
+}
+
+func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m message) (any, error) {
+	n := c.srv.node
+	switch typ {
+	case TypeRemember:
+		in, err := decodeRemember(m)
+		if err != nil {
+			return nil, err
+		}
+		return n.Remember(ctx, in)
+	case TypePublish:
+		rec, pub, err := decodePublish(m)
+		if err != nil {
+			return nil, err
+		}
+		return n.Publish(ctx, rec, pub)
+	case TypeRecall:
+		var q string
+		if err := optional(m, "query", &q); err != nil {
+			return nil, err
+		}
+		var limit int
+		if err := optional(m, "limit", &limit); err != nil {
+			return nil, err
+		}
+		if limit < 0 {
+			return nil, Errorf(CodeBadRequest, "limit must not be negative")
+		}
+		hits, err := n.Recall(ctx, q, limit)
+		if err != nil {
+			return nil, err
+		}
+		if hits == nil {
+			hits = []node.RecallHit{}
+		}
+		return struct {
+			Results []node.RecallHit `json:"results"`
+		}{hits}, nil
+	case TypeGet:
+		key, err := requiredKey(m)
+		if err != nil {
+			return nil, err
+		}
+		s, err := n.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			CMB      json.RawMessage `json:"cmb"`
+			Source   string          `json:"source"`
+			StoredAt int64           `json:"storedAt"`
+			Directed bool            `json:"directed"`
+		}{s.Raw, s.Source, s.StoredAt.UnixMilli(), s.Directed}, nil
+	case TypeLineage:
+		key, err := requiredKey(m)
+		if err != nil {
+			return nil, err
+		}
+		var depth int
+		if err := optional(m, "depth", &depth); err != nil {
+			return nil, err
+		}
+		if depth < 0 {
+			return nil, Errorf(CodeBadRequest, "depth must not be negative")
+		}
+		return n.Lineage(ctx, key, depth)
+	case TypeQuery, TypeVerify:
+		return c.srv.cgp(ctx, typ, m)
+	case TypeStatus:
+		return statusReply{Status: n.Status(), Clients: c.srv.clients.Load(), ClientsDropped: c.srv.dropped.Load()}, nil
+	case TypePeers:
+		return struct {
+			Peers []node.PeerInfo `json:"peers"`
+		}{n.Peers()}, nil
+	case TypeListen:
+		return nil, c.listen(typ, id)
+	}
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, query, verify, status, peers, listen", typ)
+}
+
+// statusReply is node.Status plus the socket's own numbers.
+type statusReply struct {
+	node.Status
+	Clients        int64 `json:"socketClients"`
+	ClientsDropped int64 `json:"socketClientsDropped"`
+}
+
+func (s *Server) cgp(ctx context.Context, typ string, m message) (any, error) {
+	member, out := "query", "result"
+	if typ == TypeVerify {
+		member, out = "request", "response"
+	}
+	raw, ok := m[member]
+	if !ok || len(raw) == 0 || raw[0] != '{' {
+		return nil, Errorf(CodeBadRequest, "%s needs a %q object", typ, member)
+	}
+	if s.opts.CGP == nil {
+		return nil, Errorf(CodeUnavailable, "Context Graph queries are not available in this daemon build")
+	}
+	var res json.RawMessage
+	var err error
+	if typ == TypeQuery {
+		res, err = s.opts.CGP.Query(ctx, raw)
+	} else {
+		res, err = s.opts.CGP.Verify(ctx, raw)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(res) {
+		return nil, fmt.Errorf("CGP %s handler returned invalid JSON", typ)
+	}
+	return map[string]json.RawMessage{out: res}, nil
+}
+
+// optional decodes member name into v when present and not null.
+func optional(m message, name string, v any) error {
+	raw, ok := m[name]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return Errorf(CodeBadRequest, "%s: %s", name, typeName(v))
+	}
+	return nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case *string:
+		return "must be a string"
+	case *int:
+		return "must be an integer"
+	}
+	return "has the wrong type"
+}
+
+func requiredKey(m message) (string, error) {
+	var key string
+	if err := optional(m, "key", &key); err != nil {
+		return "", err
+	}
+	if key == "" {
+		return "", Errorf(CodeBadRequest, "missing member \"key\"")
+	}
+	return key, nil
+}
+
+// decodeRemember accepts the contract's remember and the reference runtime's
+// (categories for fields, {key} objects for parents).
+func decodeRemember(m message) (node.RememberInput, error) {
+	var in node.RememberInput
+	raw, hasFields := m["fields"]
+	if cat, ok := m["categories"]; ok {
+		if hasFields {
+			return in, Errorf(CodeBadRequest, "give fields or categories (its alias), not both")
+		}
+		raw, hasFields = cat, true
+	}
+	if !hasFields || string(raw) == "null" {
+		return in, Errorf(CodeBadRequest, "missing member \"fields\" (or its alias \"categories\")")
+	}
+	f, err := decodeFields(raw)
+	if err != nil {
+		return in, err
+	}
+	in.Fields = f
+	if in.Parents, err = decodeParents(m["parents"]); err != nil {
+		return in, err
+	}
+	if err := optional(m, "to", &in.To); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+// decodeFields reads name → "text" | {"text", "valence"?, "arousal"?,
+// "vector"?}. Missing fields stay empty, which Build turns into "neutral".
+// Unknown names are refused so a typo is not silently a neutral field.
+func decodeFields(raw json.RawMessage) (cmb.Fields, error) {
+	var f cmb.Fields
+	var obj map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+		return f, Errorf(CodeBadRequest, "fields must be an object of field name to text")
+	}
+	for name, v := range obj {
+		i, ok := cmb.FieldIndex(name)
+		if !ok {
+			return f, Errorf(CodeBadRequest, "fields.%s is not a field; use %s", name, strings.Join(cmb.FieldNames[:], ", "))
+		}
+		if err := decodeField(&f[i], name, v); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+func decodeField(f *cmb.Field, name string, v json.RawMessage) error {
+	switch {
+	case string(v) == "null":
+		return nil
+	case len(v) > 0 && v[0] == '"':
+		return json.Unmarshal(v, &f.Text)
+	case len(v) > 0 && v[0] == '{':
+	default:
+		return Errorf(CodeBadRequest, "fields.%s must be a string or an object with text", name)
+	}
+	var o struct {
+		Text    *string   `json:"text"`
+		Valence *float64  `json:"valence"`
+		Arousal *float64  `json:"arousal"`
+		Vector  []float64 `json:"vector"`
+	}
+	d := json.NewDecoder(strings.NewReader(string(v)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&o); err != nil {
+		return Errorf(CodeBadRequest, "fields.%s: %v (members: text, valence, arousal, vector)", name, err)
+	}
+	if o.Text == nil {
+		return Errorf(CodeBadRequest, "fields.%s.text is missing", name)
+	}
+	if name != "mood" && (o.Valence != nil || o.Arousal != nil) {
+		return Errorf(CodeBadRequest, "fields.%s: only mood carries valence and arousal", name)
+	}
+	f.Text, f.Valence, f.Arousal, f.Vector = *o.Text, o.Valence, o.Arousal, o.Vector
+	return nil
+}
+
+// decodeParents reads an array of keys or {key} objects (or whole records,
+// which carry key too).
+func decodeParents(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		return nil, Errorf(CodeBadRequest, "parents must be an array of keys or {\"key\":…} objects")
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		var k string
+		if len(it) > 0 && it[0] == '{' {
+			var o struct {
+				Key string `json:"key"`
+			}
+			if json.Unmarshal(it, &o) != nil || o.Key == "" {
+				return nil, Errorf(CodeBadRequest, "parents[%d] has no string key", i)
+			}
+			k = o.Key
+		} else if json.Unmarshal(it, &k) != nil || k == "" {
+			return nil, Errorf(CodeBadRequest, "parents[%d] must be a key or a {\"key\":…} object", i)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func decodePublish(m message) (*cmb.Record, ed25519.PublicKey, error) {
+	raw, ok := m["cmb"]
+	if !ok || len(raw) == 0 || raw[0] != '{' {
+		return nil, nil, Errorf(CodeBadRequest, "missing member \"cmb\" (the signed record)")
+	}
+	var pk string
+	if err := optional(m, "publicKey", &pk); err != nil {
+		return nil, nil, err
+	}
+	if pk == "" {
+		return nil, nil, Errorf(CodeBadRequest, "missing member \"publicKey\" (the author's Ed25519 key, base64url)")
+	}
+	pub, err := cmb.ParsePublicKey(pk)
+	if err != nil {
+		return nil, nil, Errorf(CodeBadRequest, "publicKey: %v", err)
+	}
+	rec, err := cmb.Decode(raw)
+	if err != nil {
+		return nil, nil, Errorf(CodeBadRequest, "cmb: %v", err)
+	}
+	return rec, pub, nil
+}

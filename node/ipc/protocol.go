@@ -1,0 +1,149 @@
+// Package ipc is the daemon's local socket: the protocol agents, the CLI and
+// the CGP provider use to reach the node (DESIGN "Local socket contract").
+//
+// One JSON object per message each way, as NDJSON lines, or — when the first
+// byte a client sends is 0x00 — as 4-byte big-endian length-prefixed frames
+// for the whole connection (the length of a message under the 1 MiB cap
+// always starts with a zero byte, so the two cannot be confused). Replies
+// are {"type":"result","action":…,"id":…}, failures {"type":"error",…},
+// pushed events {"type":"event","event":…,"data":…}.
+package ipc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// MaxMessage is the cap on one message in either direction.
+const MaxMessage = 1 << 20
+
+// Error codes of the socket contract.
+const (
+	CodeBadRequest     = "bad_request"
+	CodeUnknownRequest = "unknown_request"
+	CodeTooLarge       = "too_large"
+	CodeRejected       = "rejected"
+	CodeNotFound       = "not_found"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
+)
+
+// Request types of the socket contract.
+const (
+	TypeRemember = "remember"
+	TypePublish  = "publish"
+	TypeRecall   = "recall"
+	TypeGet      = "get"
+	TypeLineage  = "lineage"
+	TypeQuery    = "query"
+	TypeVerify   = "verify"
+	TypeStatus   = "status"
+	TypePeers    = "peers"
+	TypeListen   = "listen"
+)
+
+// Error is a failure reply: the server sends one for every request it cannot
+// answer, and the Client returns one for every error reply it receives. A
+// CGP handler may return one to choose the code the agent sees.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf builds an *Error.
+func Errorf(code, format string, a ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+// ErrNoDaemon is wrapped by Dial when nothing serves the socket.
+var ErrNoDaemon = errors.New("no cmbnode daemon is running")
+
+// Event is one pushed event as a listener receives it.
+type Event struct {
+	Event string          `json:"event"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// encodeResult renders {"type":"result","action":action,"id":id, …payload's members}.
+// payload must marshal to a JSON object (or be nil).
+func encodeResult(action string, id json.RawMessage, payload any) ([]byte, error) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"type":"result","action":`...)
+	b = strconv.AppendQuote(b, action)
+	if len(id) > 0 {
+		b = append(b, `,"id":`...)
+		b = append(b, id...)
+	}
+	if payload != nil {
+		p, err := json.Marshal(payload)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s reply: %w", action, err)
+		}
+		p = bytes.TrimSpace(p)
+		if len(p) < 2 || p[0] != '{' {
+			return nil, fmt.Errorf("encode %s reply: payload is not an object", action)
+		}
+		if inner := bytes.TrimSpace(p[1 : len(p)-1]); len(inner) > 0 {
+			b = append(b, ',')
+			b = append(b, inner...)
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// encodeError renders an error reply. action is omitted when unknown.
+func encodeError(action string, id json.RawMessage, e *Error) []byte {
+	b := make([]byte, 0, 128+len(e.Message))
+	b = append(b, `{"type":"error"`...)
+	if action != "" {
+		b = append(b, `,"action":`...)
+		b = strconv.AppendQuote(b, action)
+	}
+	if len(id) > 0 {
+		b = append(b, `,"id":`...)
+		b = append(b, id...)
+	}
+	b = append(b, `,"code":`...)
+	b = strconv.AppendQuote(b, e.Code)
+	msg, _ := json.Marshal(e.Message) // a string always marshals
+	b = append(b, `,"message":`...)
+	b = append(b, msg...)
+	return append(b, '}')
+}
+
+// encodeEvent renders {"type":"event","event":name,"data":data}.
+func encodeEvent(name string, data any) ([]byte, error) {
+	d, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", name, err)
+	}
+	b := make([]byte, 0, 64+len(d))
+	b = append(b, `{"type":"event","event":`...)
+	b = strconv.AppendQuote(b, name)
+	b = append(b, `,"data":`...)
+	b = append(b, d...)
+	return append(b, '}'), nil
+}
+
+// validID accepts the ids a reply can echo verbatim: strings and numbers.
+// Anything else (objects, arrays, booleans, null) is refused so an echo can
+// never smuggle structure into a reply.
+func validID(raw json.RawMessage) bool {
+	if len(raw) == 0 {
+		return true
+	}
+	switch c := raw[0]; {
+	case c == '"':
+		var s string
+		return json.Unmarshal(raw, &s) == nil && len(s) <= 256
+	case c == '-' || (c >= '0' && c <= '9'):
+		var n json.Number
+		return json.Unmarshal(raw, &n) == nil && len(raw) <= 64
+	}
+	return false
+}

@@ -1,0 +1,740 @@
+package ipc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"cmbnode/node/events"
+)
+
+// Options configure a Server. Zero values take the defaults noted.
+type Options struct {
+	// Path is the socket file, normally $CMBNODE_HOME/daemon.sock.
+	Path string
+	Node Node
+	// CGP answers query and verify; nil makes both reply `unavailable`.
+	CGP    CGPHandler
+	Logger *slog.Logger
+	// MaxConns bounds simultaneous clients (1024); one more is told
+	// `unavailable` and closed.
+	MaxConns int
+	// MaxInFlight bounds concurrently handled requests per connection (64);
+	// the connection is not read further until one finishes.
+	MaxInFlight int
+	// WriteQueue is how many messages may wait to be written to one client
+	// (1024). A client that lets it fill has stopped reading and is dropped.
+	WriteQueue int
+	// EventQueue is a listener's queue on the node's event bus (256).
+	EventQueue int
+	// MessageTimeout bounds the time from a message's first byte to its
+	// last (30 s), so a half-sent message cannot hold a connection forever.
+	MessageTimeout time.Duration
+	// WriteTimeout bounds one write to a client (10 s); a client that does
+	// not drain its socket for that long is dropped.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection with no request for this long and no
+	// listen subscription; 0 (the default) never does, since agents keep
+	// connections open between remembers.
+	IdleTimeout time.Duration
+	// DrainTimeout is how long Serve waits, when stopping, for in-flight
+	// requests to finish and their replies to be written (5 s).
+	DrainTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 1024
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 64
+	}
+	if o.WriteQueue <= 0 {
+		o.WriteQueue = 1024
+	}
+	if o.EventQueue <= 0 {
+		o.EventQueue = 256
+	}
+	if o.MessageTimeout <= 0 {
+		o.MessageTimeout = 30 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 5 * time.Second
+	}
+}
+
+// Server serves the local socket.
+type Server struct {
+	opts Options
+	node Node
+	log  *slog.Logger
+	ln   *net.UnixListener
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	nextID uint64
+
+	clients  atomic.Int64 // connected now
+	accepted atomic.Int64
+	dropped  atomic.Int64 // dropped for not reading
+	wg       sync.WaitGroup
+
+	stopOnce sync.Once
+	stopping chan struct{}
+}
+
+// Stats are the socket's counters.
+type Stats struct {
+	Clients  int64 // connected now
+	Accepted int64 // ever
+	Dropped  int64 // dropped for not reading what they were sent
+}
+
+// InUseError means a live daemon already serves the socket.
+type InUseError struct {
+	Path string
+	PID  int // 0 if unknown
+}
+
+func (e *InUseError) Error() string {
+	who := "another cmbnode daemon"
+	if e.PID > 0 {
+		who = fmt.Sprintf("another cmbnode daemon (pid %d)", e.PID)
+	}
+	return fmt.Sprintf("%s is serving %s; stop it or use another --home", who, e.Path)
+}
+
+// maxSocketPath is sun_path's size on Linux minus the terminating NUL.
+const maxSocketPath = 107
+
+// Listen creates the socket at opts.Path with mode 0600. A socket file left
+// by a crashed daemon (nothing accepts on it) is replaced; a live one means
+// another daemon runs, and Listen refuses with an *InUseError.
+func Listen(opts Options) (*Server, error) {
+	opts.defaults()
+	if opts.Node == nil {
+		return nil, errors.New("ipc: Listen: no node")
+	}
+	path := opts.Path
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes, over the system's %d; use a shorter --home", path, len(path), maxSocketPath)
+	}
+	if err := clearStale(path); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on socket %s: %w", path, err)
+	}
+	// The home directory is 0700, so nobody else can reach the socket in
+	// the moment before this chmod.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restrict socket %s to its owner: %w", path, err)
+	}
+	return &Server{
+		opts: opts, node: opts.Node, log: opts.Logger, ln: ln,
+		conns: map[*conn]struct{}{}, stopping: make(chan struct{}),
+	}, nil
+}
+
+// clearStale removes a socket file nothing listens on.
+func clearStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check socket %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket; move it aside", path)
+	}
+	if alive, pid := Probe(path); alive {
+		return &InUseError{Path: path, PID: pid}
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Probe reports whether something accepts connections on the socket at
+// path, and the pid of the process that does when the system tells.
+func Probe(path string) (alive bool, pid int) {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		// ECONNREFUSED (no listener) and ENOENT are the stale cases; any
+		// other error (say EACCES) still means nobody we can reach.
+		return false, 0
+	}
+	defer c.Close()
+	return true, peerPID(c)
+}
+
+// Path is the socket file.
+func (s *Server) Path() string { return s.opts.Path }
+
+// Stats reports the socket's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load()}
+}
+
+// Serve accepts clients until ctx is done or Close is called. Before it
+// returns, requests in flight finish (within DrainTimeout), their replies
+// are written, every connection is closed and the socket file is removed;
+// so the node may be closed right after.
+func (s *Server) Serve(ctx context.Context) error {
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.stopping:
+		}
+	}()
+	var tempDelay time.Duration
+	for {
+		nc, err := s.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.stopping:
+				s.shutdown()
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of descriptors: back off rather than spin.
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
+				s.log.Warn("socket accept failed; retrying", "err", err, "in", tempDelay)
+				time.Sleep(tempDelay)
+				continue
+			}
+			s.Close()
+			s.shutdown()
+			return fmt.Errorf("accept on socket %s: %w", s.opts.Path, err)
+		}
+		tempDelay = 0
+		s.accepted.Add(1)
+		c := s.newConn(nc)
+		if c == nil {
+			msg := encodeError("", nil, Errorf(CodeUnavailable, "too many clients (%d); try again later", s.opts.MaxConns))
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			nc.Write(append(msg, '\n'))
+			nc.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+		}()
+	}
+}
+
+// Close stops accepting and makes Serve wind down; it does not wait.
+func (s *Server) Close() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		err = s.ln.Close() // unlinks the socket file
+	})
+	return err
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	for c := range s.conns {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.opts.DrainTimeout):
+		s.log.Warn("socket clients did not finish in time; closing them", "after", s.opts.DrainTimeout)
+		s.mu.Lock()
+		for c := range s.conns {
+			c.kill()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+}
+
+func (s *Server) newConn(nc *net.UnixConn) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.conns) >= s.opts.MaxConns {
+		return nil
+	}
+	s.nextID++
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		srv: s, nc: nc, id: s.nextID, br: bufio.NewReaderSize(nc, 64<<10),
+		out: make(chan outMsg, s.opts.WriteQueue), dead: make(chan struct{}),
+		readDone: make(chan struct{}), writerDone: make(chan struct{}),
+		sem: make(chan struct{}, s.opts.MaxInFlight), ctx: ctx, cancel: cancel,
+	}
+	s.conns[c] = struct{}{}
+	s.clients.Add(1)
+	return c
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.clients.Add(-1)
+}
+
+// conn is one client. Its reader runs in serve; a writer goroutine owns
+// the socket's write side and, once the client listens, also drains the
+// client's queue on the event bus. Replies and events are queued apart, so
+// a burst of events cannot crowd out a reply.
+type conn struct {
+	srv    *Server
+	nc     *net.UnixConn
+	id     uint64
+	br     *bufio.Reader
+	buf    []byte
+	framed bool
+
+	out        chan outMsg
+	dead       chan struct{} // closed when the connection is finished
+	deadOnce   sync.Once
+	readDone   chan struct{} // closed when the reader stops: writer drains then exits
+	writerDone chan struct{}
+	stopRead   atomic.Bool
+
+	sem      chan struct{}
+	inflight sync.WaitGroup
+	ctx      context.Context // cancelled when the connection is killed
+	cancel   context.CancelFunc
+
+	subMu sync.Mutex
+	sub   *events.Sub
+}
+
+var errTooLarge = errors.New("message too large")
+
+func (c *conn) serve() {
+	defer c.srv.forget(c)
+	go c.writer()
+	c.readLoop()
+	// Finish what was asked, then let the writer flush the replies.
+	c.inflight.Wait()
+	if c.subscribed() && !c.stopRead.Load() {
+		// A listener that closed its sending side still reads events:
+		// keep it until a write fails or the server stops.
+		select {
+		case <-c.dead:
+		case <-c.srv.stopping:
+		}
+	}
+	c.closeSub()
+	close(c.readDone)
+	select {
+	case <-c.writerDone:
+	case <-time.After(c.srv.opts.WriteTimeout):
+	}
+	c.kill()
+}
+
+// stopReading makes the reader return at its next read (server shutdown).
+func (c *conn) stopReading() {
+	c.stopRead.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// kill closes the connection at once.
+func (c *conn) kill() {
+	c.deadOnce.Do(func() {
+		close(c.dead)
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// drop disconnects a client that stopped reading.
+func (c *conn) drop(reason string) {
+	select {
+	case <-c.dead:
+		return
+	default:
+	}
+	n := c.srv.dropped.Add(1)
+	c.srv.log.Warn("dropping socket client that stopped reading", "client", c.id, "reason", reason, "droppedTotal", n)
+	c.kill()
+}
+
+// outMsg is one queued message. The listen reply carries the new
+// subscription, so the writer starts on events only after writing it.
+type outMsg struct {
+	b   []byte
+	sub *events.Sub
+}
+
+// send queues one message without ever blocking: a full queue means the
+// client stopped reading, and it is dropped.
+func (c *conn) send(b []byte) bool { return c.enqueue(outMsg{b: b}) }
+
+func (c *conn) enqueue(m outMsg) bool {
+	select {
+	case <-c.dead:
+		return false
+	default:
+	}
+	select {
+	case c.out <- m:
+		return true
+	default:
+		c.drop(fmt.Sprintf("write queue of %d messages is full", cap(c.out)))
+		return false
+	}
+}
+
+func (c *conn) writer() {
+	defer close(c.writerDone)
+	var frame []byte
+	write := func(b []byte) bool {
+		frame = frame[:0]
+		if c.framed {
+			frame = binary.BigEndian.AppendUint32(frame, uint32(len(b)))
+			frame = append(frame, b...)
+		} else {
+			frame = append(append(frame, b...), '\n')
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
+		if _, err := c.nc.Write(frame); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.drop(fmt.Sprintf("a write did not complete in %s", c.srv.opts.WriteTimeout))
+			} else {
+				c.kill()
+			}
+			return false
+		}
+		if cap(frame) > 64<<10 {
+			frame = nil
+		}
+		return true
+	}
+	var evC <-chan events.Event // nil until the listen reply is written
+	writeMsg := func(m outMsg) bool {
+		if !write(m.b) {
+			return false
+		}
+		if m.sub != nil {
+			evC = m.sub.C
+		}
+		return true
+	}
+	for {
+		select {
+		case m := <-c.out:
+			if !writeMsg(m) {
+				return
+			}
+		case ev := <-evC:
+			if b := c.srv.eventBytes(ev); b != nil && !write(b) {
+				return
+			}
+		case <-c.readDone:
+			for {
+				select {
+				case m := <-c.out:
+					if !writeMsg(m) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		case <-c.dead:
+			return
+		}
+	}
+}
+
+func (s *Server) eventBytes(ev events.Event) []byte {
+	b, err := encodeEvent(ev.Name, ev.Data)
+	if err != nil {
+		s.log.Error("socket event not sent", "event", ev.Name, "err", err)
+		return nil
+	}
+	if len(b) > MaxMessage {
+		s.log.Warn("socket event over the message limit not sent", "event", ev.Name, "bytes", len(b))
+		return nil
+	}
+	return b
+}
+
+func (c *conn) readLoop() {
+	first := true
+	for {
+		if c.stopRead.Load() {
+			return
+		}
+		msg, err := c.readMessage(first)
+		first = false
+		switch {
+		case errors.Is(err, errTooLarge):
+			c.send(encodeError("", nil, Errorf(CodeTooLarge, "message is over the %d-byte limit; nothing of it was used", MaxMessage)))
+			continue
+		case err != nil:
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !c.stopRead.Load() {
+				c.srv.log.Debug("socket client timed out", "client", c.id, "err", err)
+			}
+			return
+		}
+		if !c.process(msg) {
+			return
+		}
+	}
+}
+
+// readMessage reads one NDJSON line or one frame. No deadline applies
+// while waiting for a message to start (unless IdleTimeout is set); once
+// its first byte is in, all of it must arrive within MessageTimeout.
+func (c *conn) readMessage(first bool) ([]byte, error) {
+	o := &c.srv.opts
+	var idle time.Time
+	if o.IdleTimeout > 0 && !c.subscribed() {
+		idle = time.Now().Add(o.IdleTimeout)
+	}
+	// Each deadline is set before stopRead is checked, so a concurrent
+	// stopReading (which sets the flag, then a past deadline) always wins.
+	c.nc.SetReadDeadline(idle)
+	if c.stopRead.Load() {
+		return nil, net.ErrClosed
+	}
+	b, err := c.br.Peek(1)
+	if err != nil {
+		return nil, err
+	}
+	if first {
+		c.framed = b[0] == 0x00
+	}
+	c.nc.SetReadDeadline(time.Now().Add(o.MessageTimeout))
+	if c.stopRead.Load() {
+		return nil, net.ErrClosed
+	}
+	if c.framed {
+		return c.readFrame()
+	}
+	return c.readLine()
+}
+
+func (c *conn) readLine() ([]byte, error) {
+	c.buf = c.buf[:0]
+	for {
+		part, err := c.br.ReadSlice('\n')
+		if len(c.buf)+len(part) > MaxMessage+2 { // +2: a trailing \r\n is not the message
+			return nil, c.discardLine(err)
+		}
+		c.buf = append(c.buf, part...)
+		switch {
+		case err == nil:
+			return c.buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(c.buf) > 0:
+			return c.buf, nil // a last line without its newline still counts
+		default:
+			return nil, err
+		}
+	}
+}
+
+// discardLine skips to the end of an oversized line, keeping the
+// connection in step. Each chunk read renews the deadline: the client is
+// making progress, and nothing it sends is kept.
+func (c *conn) discardLine(err error) error {
+	c.buf = c.buf[:0]
+	for errors.Is(err, bufio.ErrBufferFull) {
+		c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.MessageTimeout))
+		if c.stopRead.Load() {
+			return net.ErrClosed
+		}
+		_, err = c.br.ReadSlice('\n')
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return errTooLarge
+}
+
+func (c *conn) readFrame() ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxMessage {
+		// Skip the payload so the next frame lines up.
+		for left := int64(n); left > 0; {
+			c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.MessageTimeout))
+			if c.stopRead.Load() {
+				return nil, net.ErrClosed
+			}
+			k, err := io.CopyN(io.Discard, c.br, min(left, 64<<10))
+			left -= k
+			if err != nil {
+				return nil, err
+			}
+		}
+		return nil, errTooLarge
+	}
+	if cap(c.buf) < int(n) {
+		c.buf = make([]byte, n)
+	}
+	c.buf = c.buf[:n]
+	if _, err := io.ReadFull(c.br, c.buf); err != nil {
+		return nil, err
+	}
+	return c.buf, nil
+}
+
+// process decodes one message and runs it. Requests carrying an id run
+// concurrently (up to MaxInFlight) and may be answered out of order;
+// a request without one waits for everything before it and is answered
+// before anything after it is read, so id-less clients such as the
+// reference runtime's get replies in request order.
+func (c *conn) process(msg []byte) bool {
+	msg = bytes.TrimSpace(msg)
+	if len(msg) == 0 {
+		if c.framed {
+			c.send(encodeError("", nil, Errorf(CodeBadRequest, "empty frame")))
+		}
+		return true // blank lines are allowed between NDJSON messages
+	}
+	var m message
+	if err := json.Unmarshal(msg, &m); err != nil || m == nil {
+		reason := "not a JSON object"
+		if err != nil {
+			reason = err.Error()
+		}
+		c.send(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
+		return true
+	}
+	id := m["id"]
+	if string(id) == "null" {
+		id = nil
+	}
+	if !validID(id) {
+		c.send(encodeError("", nil, Errorf(CodeBadRequest, "id must be a string or a number")))
+		return true
+	}
+	var typ string
+	if raw, ok := m["type"]; !ok {
+		c.send(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
+		return true
+	} else if json.Unmarshal(raw, &typ) != nil || typ == "" {
+		c.send(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
+		return true
+	}
+	if cap(c.buf) > 256<<10 {
+		c.buf = nil // one huge message should not pin a megabyte per idle client
+	}
+	run := func() {
+		if reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m)); reply != nil {
+			c.send(reply)
+		}
+	}
+	if id == nil {
+		c.inflight.Wait()
+		run()
+		return true
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.dead:
+		return false
+	}
+	c.inflight.Add(1)
+	go func() {
+		defer func() { <-c.sem; c.inflight.Done() }()
+		run()
+	}()
+	return true
+}
+
+// limitReply keeps replies within the message cap too.
+func (s *Server) limitReply(typ string, id json.RawMessage, b []byte) []byte {
+	if len(b) <= MaxMessage {
+		return b
+	}
+	return encodeError(typ, id, Errorf(CodeTooLarge, "the reply would be %d bytes, over the %d-byte limit; ask for less (a lower limit or depth)", len(b), MaxMessage))
+}
+
+func (c *conn) subscribed() bool {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return c.sub != nil
+}
+
+func (c *conn) closeSub() {
+	c.subMu.Lock()
+	sub := c.sub
+	c.subMu.Unlock()
+	if sub != nil {
+		sub.Close()
+	}
+}
+
+// listen subscribes the connection to the node's events. The writer
+// starts taking events only after writing the reply, so it comes first.
+func (c *conn) listen(typ string, id json.RawMessage) error {
+	reply, err := encodeResult(typ, id, map[string]string{"status": "subscribed"})
+	if err != nil {
+		return err
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.sub != nil {
+		c.send(reply)
+		return nil
+	}
+	sub := c.srv.node.Events().Subscribe(c.srv.opts.EventQueue)
+	if !c.enqueue(outMsg{b: reply, sub: sub}) {
+		sub.Close()
+		return nil
+	}
+	c.sub = sub
+	go c.watch(sub)
+	return nil
+}
+
+// watch drops the client when the bus gives up on it: the writer could
+// not keep its event queue drained, so the client is not reading.
+func (c *conn) watch(sub *events.Sub) {
+	select {
+	case <-sub.Done():
+		if sub.Overflowed.Load() {
+			c.drop(fmt.Sprintf("event queue of %d is full", c.srv.opts.EventQueue))
+		}
+	case <-c.dead:
+		sub.Close()
+	}
+}
