@@ -1,0 +1,259 @@
+package mesh
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"cmbnode/store"
+)
+
+// Catch-up reconciles, pairwise, the records two peers hold for the group.
+// Each side pulls what it lacks; nobody pushes. Holdings are compared as
+// per-time-bucket digests (store.Buckets: count and SHA-256 over the keys),
+// coarse first: 30-day buckets over all time, then each differing bucket at
+// the next finer width (day, hour, minute, second). A differing bucket the
+// peer holds at most leafKeys records in is listed key by key, and the keys
+// this node lacks are fetched in batches. Two peers in sync exchange one
+// digest per non-empty month, so the periodic round is cheap.
+var catchUpWidths = []int64{
+	30 * 24 * 3600 * 1000, 24 * 3600 * 1000, 3600 * 1000, 60 * 1000, 1000,
+}
+
+const (
+	leafKeys      = 1000 // list a bucket key by key below this many records
+	keysPage      = 2000 // keys per x-cmbnode-keys answer (~150 KB)
+	maxBuckets    = 8000 // buckets per x-cmbnode-digest answer (< 1 MiB)
+	minDigestSpan = 1000 // the finest width served, ms
+	progressEvery = 1000 // log progress every this many records pulled
+)
+
+var errStop = errors.New("stop")
+
+// catchUpLoop reconciles with every peer each CatchUpInterval and refreshes
+// their view of our peers.
+func (m *Mesh) catchUpLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.CatchUpInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		pids := make([]peer.ID, 0, len(m.peers))
+		for pid := range m.peers {
+			pids = append(pids, pid)
+		}
+		m.mu.Unlock()
+		for _, pid := range pids {
+			if ss := m.sessionFor(pid); ss != nil {
+				ss.sendPeerInfo()
+			}
+			m.goRun(func(ctx context.Context) { m.catchUpPeer(ctx, pid, "periodic") })
+		}
+	}
+}
+
+type catchUp struct {
+	m       *Mesh
+	ss      *session
+	pulled  int
+	fetched int
+	start   time.Time
+	why     string
+}
+
+// CatchUpNow reconciles with every handshaken peer and returns when done
+// (tests, and a daemon that wants an immediate sync).
+func (m *Mesh) CatchUpNow(ctx context.Context) {
+	for _, ss := range m.sessions("") {
+		m.catchUpPeer(ctx, ss.pid, "requested")
+	}
+}
+
+// catchUpPeer runs one reconciliation with pid unless one is running.
+func (m *Mesh) catchUpPeer(ctx context.Context, pid peer.ID, why string) {
+	m.mu.Lock()
+	ps, ok := m.peers[pid]
+	m.mu.Unlock()
+	if !ok || !ps.catching.CompareAndSwap(false, true) {
+		return
+	}
+	defer ps.catching.Store(false)
+	ss := m.sessionFor(pid)
+	if ss == nil {
+		return
+	}
+	cu := &catchUp{m: m, ss: ss, start: time.Now(), why: why}
+	err := cu.reconcile(ctx, 0, math.MaxInt64, 0)
+	m.stats.catchUpRounds.Add(1)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		m.log.Info("catch-up interrupted", "peer", pid, "nodeId", ss.nodeID, "why", why, "new", cu.fetched, "err", err)
+	case cu.fetched > 0:
+		m.log.Info("catch-up done", "peer", pid, "nodeId", ss.nodeID, "why", why, "new", cu.fetched, "took", time.Since(cu.start).Round(time.Millisecond))
+	default:
+		m.log.Debug("catch-up: in sync", "peer", pid, "why", why, "took", time.Since(cu.start).Round(time.Millisecond))
+	}
+}
+
+func (cu *catchUp) reconcile(ctx context.Context, from, to int64, level int) error {
+	width := catchUpWidths[level]
+	id := cu.ss.newReqID()
+	p, err := marshalVendor(typeDigestReq, digestReq{ReqID: id, From: from, To: to, Width: width})
+	if err != nil {
+		return err
+	}
+	in, err := cu.ss.request(ctx, id, p)
+	if err != nil {
+		return err
+	}
+	theirs, ok := in.body.(*digestResp)
+	if !ok {
+		return fmt.Errorf("digest request answered with %s", in.typ)
+	}
+	ours, err := cu.m.n.Store().Buckets(ctx, cu.m.group, from, to, width)
+	if err != nil {
+		return err
+	}
+	have := make(map[int64]store.Bucket, len(ours))
+	for _, b := range ours {
+		have[b.Start] = b
+	}
+	for _, b := range theirs.Buckets {
+		if o, ok := have[b.Start]; ok && o.Count == b.Count && hex.EncodeToString(o.Digest[:]) == b.Digest {
+			continue
+		}
+		lo, hi := max(b.Start, from), b.Start+width
+		if hi < b.Start || hi > to { // overflow near MaxInt64, or past the window
+			hi = to
+		}
+		if lo >= hi {
+			continue
+		}
+		if b.Count <= leafKeys || level == len(catchUpWidths)-1 {
+			err = cu.pullWindow(ctx, lo, hi)
+		} else {
+			err = cu.reconcile(ctx, lo, hi, level+1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pullWindow lists the peer's keys in [from, to) page by page and fetches
+// the ones this node lacks.
+func (cu *catchUp) pullWindow(ctx context.Context, from, to int64) error {
+	st := cu.m.n.Store()
+	var afterAt int64
+	var afterKey string
+	for {
+		id := cu.ss.newReqID()
+		p, err := marshalVendor(typeKeysReq, keysReq{ReqID: id, From: from, To: to, AfterAt: afterAt, AfterKey: afterKey, Limit: keysPage})
+		if err != nil {
+			return err
+		}
+		in, err := cu.ss.request(ctx, id, p)
+		if err != nil {
+			return err
+		}
+		res, ok := in.body.(*keysResp)
+		if !ok {
+			return fmt.Errorf("keys request answered with %s", in.typ)
+		}
+		var lack []string
+		for _, k := range res.Keys {
+			if has, err := st.Has(ctx, k.Key); err == nil && !has {
+				lack = append(lack, k.Key)
+			}
+		}
+		if len(lack) > 0 {
+			_, _, n, err := cu.m.fetchFrom(ctx, cu.ss, lack, viaCatchUp, 0)
+			before := cu.pulled
+			cu.pulled += len(lack)
+			cu.fetched += n
+			if cu.pulled/progressEvery != before/progressEvery {
+				cu.m.log.Info("catch-up progress", "peer", cu.ss.pid, "why", cu.why, "new", cu.fetched, "elapsed", time.Since(cu.start).Round(time.Millisecond))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if !res.More || len(res.Keys) == 0 {
+			return nil
+		}
+		last := res.Keys[len(res.Keys)-1]
+		if last.At < afterAt || (last.At == afterAt && last.Key <= afterKey) {
+			return errors.New("keys answer does not advance") // a broken or hostile peer
+		}
+		afterAt, afterKey = last.At, last.Key
+	}
+}
+
+// ---- serving ----
+
+func (ss *session) serveDigest(ctx context.Context, req *digestReq) {
+	ss.m.stats.digestServed.Add(1)
+	res := digestResp{ReqID: req.ReqID, Buckets: []bucketJSON{}}
+	if req.Width >= minDigestSpan && req.To > req.From {
+		bs, err := ss.m.n.Store().Buckets(ctx, ss.m.group, max(req.From, 0), req.To, req.Width)
+		if err == nil {
+			for i, b := range bs {
+				if i >= maxBuckets {
+					break
+				}
+				res.Buckets = append(res.Buckets, bucketJSON{Start: b.Start, Count: b.Count, Digest: hex.EncodeToString(b.Digest[:])})
+			}
+		}
+	}
+	if p, err := marshalVendor(typeDigest, res); err == nil {
+		_ = ss.sendRaw(p)
+	}
+}
+
+// serveKeys lists keys in [from, to) after (afterAt, afterKey), leaving out
+// directed records the requester may not have (see served).
+func (ss *session) serveKeys(ctx context.Context, req *keysReq) {
+	m := ss.m
+	limit := req.Limit
+	if limit <= 0 || limit > keysPage {
+		limit = keysPage
+	}
+	res := keysResp{ReqID: req.ReqID, Keys: []keyAt{}}
+	st := m.n.Store()
+	from := max(req.From, req.AfterAt, 0)
+	err := st.Scan(ctx, store.Window{Group: m.group, From: from, To: req.To}, func(kt store.KeyTime) error {
+		if req.AfterKey != "" && kt.CreatedAt == req.AfterAt && kt.Key <= req.AfterKey {
+			return nil
+		}
+		if len(res.Keys) >= limit {
+			res.More = true
+			return errStop
+		}
+		r, err := st.GetLineage(ctx, kt.Key)
+		if err != nil {
+			return nil
+		}
+		if r.To != "" && !(strings.EqualFold(r.To, ss.nodeID) && strings.EqualFold(r.CreatedBy, m.id.NodeID)) {
+			return nil
+		}
+		res.Keys = append(res.Keys, keyAt{Key: kt.Key, At: kt.CreatedAt})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		m.log.Debug("serving keys failed", "err", err)
+	}
+	if p, err := marshalVendor(typeKeys, res); err == nil {
+		_ = ss.sendRaw(p)
+	}
+}

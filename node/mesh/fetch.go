@@ -1,0 +1,389 @@
+package mesh
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"cmbnode/cmb"
+	"cmbnode/e2e"
+	"cmbnode/node"
+)
+
+const (
+	fetchBatch     = 128       // keys per x-cmbnode-fetch-many request
+	recordsBudget  = 768 << 10 // bytes of records per answer, under the 1 MiB frame cap
+	maxFetchKeys   = 512       // keys one fetch-many may ask for
+	maxPending     = 100_000   // parents waiting to be fetched
+	maxFetchDepth  = 1024      // hops a parent fetch recurses before leaving the rest to catch-up
+	firstFetchWait = 300 * time.Millisecond
+)
+
+// ---- serving ----
+
+// served returns the record held under exactly key in the form the peer may
+// see: nothing of another group, and a directed record only for its
+// recipient, sealed for it, when this node is its author (only author and
+// recipient hold it, and it is kept here in clear).
+func (m *Mesh) served(ctx context.Context, key, requester string) (fetchedRecord, bool) {
+	r, err := m.n.Store().Get(ctx, key)
+	if err != nil || r.Group != m.group {
+		return fetchedRecord{}, false
+	}
+	raw := r.Raw
+	if r.To != "" {
+		if !strings.EqualFold(r.CreatedBy, m.id.NodeID) || !strings.EqualFold(r.To, requester) {
+			return fetchedRecord{}, false
+		}
+		sealed, err := m.sealFor(ctx, raw, requester)
+		if err != nil {
+			m.log.Warn("cannot seal a directed record for its recipient", "key", key, "err", err)
+			return fetchedRecord{}, false
+		}
+		raw = sealed
+	}
+	pub, x := m.authorKeys(ctx, r.CreatedBy)
+	return fetchedRecord{CMB: raw, PublicKey: pub, E2EPublicKey: x}, true
+}
+
+func (m *Mesh) sealFor(ctx context.Context, raw []byte, nodeID string) ([]byte, error) {
+	rec, err := cmb.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.n.Store().GetPeer(ctx, strings.ToLower(nodeID))
+	if err != nil {
+		return nil, err
+	}
+	pub, err := e2e.ParsePublicKey(cmb.EncodeKey(p.X25519))
+	if err != nil {
+		return nil, err
+	}
+	box, err := e2e.NewBox(m.id.X25519, pub)
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := e2e.SealRecord(rec, box, rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return sealed.Encode(), nil
+}
+
+func (ss *session) serveFetch(ctx context.Context, f *cmb.Fetch) {
+	ss.m.stats.fetchServed.Add(1)
+	res := &cmb.FetchResult{ReqID: f.ReqID, Key: f.Key, Timestamp: time.Now().UnixMilli()}
+	if fr, ok := ss.m.served(ctx, f.Key, ss.nodeID); ok {
+		if rec, err := cmb.Decode(fr.CMB); err == nil {
+			res.Found, res.CMB, res.PublicKey, res.E2EPublicKey = true, rec, fr.PublicKey, fr.E2EPublicKey
+		}
+	}
+	_ = ss.send(res)
+}
+
+func (ss *session) serveFetchMany(ctx context.Context, req *fetchMany) {
+	ss.m.stats.fetchServed.Add(1)
+	res := recordsResp{ReqID: req.ReqID}
+	size := 0
+	for i, k := range req.Keys {
+		if i >= maxFetchKeys {
+			break
+		}
+		fr, ok := ss.m.served(ctx, k, ss.nodeID)
+		if !ok {
+			res.Missing = append(res.Missing, k)
+			continue
+		}
+		n := len(fr.CMB) + len(fr.PublicKey) + len(fr.E2EPublicKey) + 64
+		if size+n > recordsBudget && len(res.Records) > 0 {
+			break // the rest is neither sent nor missing: the requester asks again
+		}
+		size += n
+		res.Records = append(res.Records, fr)
+	}
+	p, err := marshalVendor(typeRecords, res)
+	if err == nil {
+		_ = ss.sendRaw(p)
+	}
+}
+
+// ---- fetching ----
+
+// fetchFrom asks one peer for keys and ingests what it returns, parents
+// first. It returns the keys now held and the keys the peer does not serve.
+func (m *Mesh) fetchFrom(ctx context.Context, ss *session, keys []string, via string, depth int) (got, missing []string, newCount int, err error) {
+	for len(keys) > 0 {
+		batch := keys[:min(fetchBatch, len(keys))]
+		id := ss.newReqID()
+		p, err := marshalVendor(typeFetchMany, fetchMany{ReqID: id, Keys: batch})
+		if err != nil {
+			return got, missing, newCount, err
+		}
+		in, err := ss.request(ctx, id, p)
+		if err != nil {
+			return got, missing, newCount, err
+		}
+		res, ok := in.body.(*recordsResp)
+		if !ok {
+			return got, missing, newCount, errors.New("fetch-many answered with " + in.typ)
+		}
+		asked := make(map[string]bool, len(batch))
+		for _, k := range batch {
+			asked[k] = true
+		}
+		recs := make([]*cmb.Record, 0, len(res.Records))
+		keysOf := map[*cmb.Record]fetchedRecord{}
+		for _, fr := range res.Records {
+			rec, err := cmb.Decode(fr.CMB)
+			if err != nil || !asked[rec.Key] {
+				continue // unasked or undecodable: a miss, never a command
+			}
+			recs = append(recs, rec)
+			keysOf[rec] = fr
+		}
+		// Parents are older than their remixes: storing in time order lets
+		// lineage resolve within the batch.
+		slices.SortFunc(recs, func(a, b *cmb.Record) int { return int(a.CreatedAt - b.CreatedAt) })
+		done := map[string]bool{}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		sem := make(chan struct{}, 16)
+		for _, rec := range recs {
+			fr := keysOf[rec]
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				isNew, ok := m.ingest(ctx, rec, fr, ss, via, depth)
+				mu.Lock()
+				if ok {
+					done[rec.Key] = true
+				}
+				if isNew {
+					newCount++
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		for _, k := range res.Missing {
+			if asked[k] {
+				missing = append(missing, k)
+			}
+		}
+		for k := range done {
+			got = append(got, k)
+		}
+		answered := len(done) + len(res.Missing)
+		if len(res.Records) == 0 && len(res.Missing) == 0 {
+			return got, missing, newCount, nil // peer serves nothing more; avoid spinning
+		}
+		// Keys neither returned nor reported missing did not fit in the
+		// answer; ask again for them.
+		var rest []string
+		for _, k := range batch {
+			if !done[k] && !slices.Contains(res.Missing, k) && !m.rejectedKey(res, k) {
+				rest = append(rest, k)
+			}
+		}
+		if answered == 0 && len(rest) == len(batch) {
+			return got, missing, newCount, nil
+		}
+		keys = append(rest, keys[len(batch):]...)
+	}
+	return got, missing, newCount, nil
+}
+
+// rejectedKey reports whether the peer returned a record under k that we
+// refused: asking again would return the same record.
+func (m *Mesh) rejectedKey(res *recordsResp, k string) bool {
+	for _, fr := range res.Records {
+		var head struct {
+			Key string `json:"key"`
+		}
+		if json.Unmarshal(fr.CMB, &head) == nil && head.Key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ingest checks and stores one record obtained by fetch or catch-up. ok is
+// true when the record is held (or was valid but not ours to hold).
+func (m *Mesh) ingest(ctx context.Context, rec *cmb.Record, fr fetchedRecord, ss *session, via string, depth int) (isNew, ok bool) {
+	c, err := m.n.Check(ctx, rec, node.Source{
+		PeerID: ss.pid.String(), NodeID: ss.nodeID, AuthorKey: fr.PublicKey, AuthorE2E: fr.E2EPublicKey, Via: via,
+	})
+	switch {
+	case errors.Is(err, node.ErrNotForUs):
+		return false, true
+	case err != nil:
+		m.log.Debug("fetched record rejected", "key", rec.Key, "peer", ss.pid, "via", via, "err", err)
+		return false, false
+	case c.Duplicate:
+		m.n.Counters.Duplicates.Add(1)
+		return false, true
+	}
+	isNew = m.accept(ctx, c, depth)
+	if isNew {
+		switch via {
+		case viaFetch:
+			m.n.Counters.Fetched.Add(1)
+		case viaCatchUp:
+			m.n.Counters.CaughtUp.Add(1)
+		}
+	}
+	return isNew, true
+}
+
+const (
+	viaFetch   = "fetch"
+	viaCatchUp = "catch-up"
+)
+
+// ingestFrame handles a cmb frame sent directly on a stream.
+func (m *Mesh) ingestFrame(ctx context.Context, f *cmb.CMBFrame, ss *session, via string) {
+	m.ingest(ctx, f.CMB, fetchedRecord{PublicKey: f.PublicKey, E2EPublicKey: f.E2EPublicKey}, ss, via, 0)
+}
+
+// ---- missing parents ----
+
+// pending holds parents some stored remix names but this node lacks. They
+// are fetched from the peer that delivered the remix, then from every other
+// group peer; a key nobody serves yet stays and is retried with backoff
+// (300 ms, then 1 s doubling to RetryMax), never dropped. A fetched parent
+// with missing parents of its own adds them one hop deeper, up to
+// maxFetchDepth hops; deeper lineage, and anything pending when the node
+// stops (this set is in memory), arrives by catch-up, which pulls every
+// record the group holds.
+type pending struct {
+	m     *Mesh
+	mu    sync.Mutex
+	items map[string]*want
+	wake  chan struct{}
+}
+
+type want struct {
+	key      string
+	hint     peer.ID
+	depth    int
+	attempts int
+	due      time.Time
+}
+
+func newPending(m *Mesh) *pending {
+	return &pending{m: m, items: map[string]*want{}, wake: make(chan struct{}, 1)}
+}
+
+func (p *pending) add(keys []string, hint peer.ID, depth int) {
+	if depth > maxFetchDepth {
+		p.m.stats.fetchDepthCut.Add(1)
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	for _, k := range keys {
+		if _, ok := p.items[k]; ok {
+			continue
+		}
+		if len(p.items) >= maxPending {
+			p.m.stats.pendingOverflow.Add(1)
+			break
+		}
+		p.items[k] = &want{key: k, hint: hint, depth: depth, due: now.Add(firstFetchWait)}
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Len is the number of parents waiting.
+func (p *pending) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.items)
+}
+
+func (p *pending) run(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.wake:
+		}
+		p.round(ctx)
+	}
+}
+
+// round fetches every due key.
+func (p *pending) round(ctx context.Context) {
+	now := time.Now()
+	p.mu.Lock()
+	var due []*want
+	for _, w := range p.items {
+		if !w.due.After(now) {
+			due = append(due, w)
+		}
+	}
+	p.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	st := p.m.n.Store()
+	byKey := map[string]*want{}
+	var keys []string
+	for _, w := range due {
+		// Often the parent arrived meanwhile (gossip, catch-up, an earlier round).
+		if has, err := st.Has(ctx, w.key); err == nil && has {
+			p.done(w.key)
+			continue
+		}
+		byKey[w.key] = w
+		keys = append(keys, w.key)
+	}
+	if len(keys) > 0 {
+		for _, ss := range p.m.sessions(due[0].hint) {
+			got, _, _, err := p.m.fetchFrom(ctx, ss, keys, viaFetch, due[0].depth)
+			if err != nil && ctx.Err() != nil {
+				return
+			}
+			for _, k := range got {
+				p.done(k)
+				delete(byKey, k)
+			}
+			keys = keys[:0]
+			for k := range byKey {
+				keys = append(keys, k)
+			}
+			if len(keys) == 0 {
+				break
+			}
+		}
+	}
+	p.mu.Lock()
+	for _, w := range byKey {
+		w.attempts++
+		w.due = time.Now().Add(min(time.Second<<min(w.attempts-1, 16), p.m.cfg.RetryMax))
+	}
+	p.mu.Unlock()
+	if len(byKey) > 0 {
+		p.m.log.Debug("parents not found yet; will retry", "count", len(byKey))
+	}
+}
+
+func (p *pending) done(key string) {
+	p.mu.Lock()
+	delete(p.items, key)
+	p.mu.Unlock()
+}

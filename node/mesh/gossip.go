@@ -1,0 +1,277 @@
+package mesh
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"cmbnode/cmb"
+	"cmbnode/e2e"
+	"cmbnode/group"
+	"cmbnode/node"
+)
+
+// Queue sizes. GossipSub drops silently when a queue is full, so each is
+// sized for a burst of several thousand records; whatever still drops is
+// recovered by catch-up.
+const (
+	validateQueue = 8192  // messages waiting for a validator goroutine
+	validateConc  = 256   // validators running at once (each may touch the store)
+	outboundQueue = 8192  // per-peer RPCs waiting to be written
+	subBuffer     = 32768 // validated messages waiting for the subscription loop
+	acceptQueue   = 8192  // checked records waiting for a store worker
+	// acceptWorkers store in parallel so the store's group commit batches
+	// them into few fsyncs; one worker would pay one fsync per record.
+	acceptWorkers = 32
+)
+
+func (m *Mesh) startGossip() error {
+	topicName := group.Topic(m.group)
+	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
+		// The CMB carries its own signature; the pubsub envelope carries none
+		// and names no author (DESIGN "Wire").
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
+		pubsub.WithNoAuthor(),
+		pubsub.WithMessageIdFn(func(pm *pb.Message) string {
+			sum := sha256.Sum256(pm.GetData())
+			return string(sum[:])
+		}),
+		// Only handshaken peers of our group take part in our topic: they are
+		// grafted into the mesh, receive gossip and are served IWANTs.
+		pubsub.WithPeerFilter(func(pid peer.ID, topic string) bool {
+			return topic == topicName && m.admitted(pid)
+		}),
+		// Flood publishing would send our records to every peer merely
+		// subscribed to the topic, handshaken or not; the mesh is filtered.
+		pubsub.WithFloodPublish(false),
+		pubsub.WithValidateQueueSize(validateQueue),
+		pubsub.WithPeerOutboundQueueSize(outboundQueue),
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),
+	)
+	if err != nil {
+		return fmt.Errorf("start gossip: %w", err)
+	}
+	if err := ps.RegisterTopicValidator(topicName, m.validate, pubsub.WithValidatorConcurrency(validateConc)); err != nil {
+		return fmt.Errorf("start gossip: validator: %w", err)
+	}
+	topic, err := ps.Join(topicName)
+	if err != nil {
+		return fmt.Errorf("start gossip: join %s: %w", topicName, err)
+	}
+	sub, err := topic.Subscribe(pubsub.WithBufferSize(subBuffer))
+	if err != nil {
+		topic.Close()
+		return fmt.Errorf("start gossip: subscribe %s: %w", topicName, err)
+	}
+	m.ps, m.topic, m.sub = ps, topic, sub
+	m.goRun(m.subscriptionLoop)
+	for range acceptWorkers {
+		m.goRun(m.acceptWorker)
+	}
+	return nil
+}
+
+// validate is the topic validator: size, decode, then the node's receive
+// pipeline (group, author key and pin, decryption, address, signature,
+// audience, dedup). Invalid messages are rejected — not merely ignored — so
+// GossipSub neither forwards them nor keeps them in its cache.
+func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	if from == m.h.ID() {
+		return pubsub.ValidationAccept // our own publish, stored before it was sent
+	}
+	if !m.admitted(from) {
+		// Not (yet) handshaken into our group: ignore without penalty; if it
+		// is one of ours, catch-up delivers the record once it is.
+		m.stats.gossipUnadmitted.Add(1)
+		return pubsub.ValidationIgnore
+	}
+	data := msg.GetData()
+	if len(data) > cmb.MaxFrameSize {
+		m.n.Counters.Received.Add(1)
+		m.n.Counters.CountReject("too-large")
+		return pubsub.ValidationReject
+	}
+	f, err := cmb.ParseFrame(data)
+	cf, ok := f.(*cmb.CMBFrame)
+	if err != nil || !ok {
+		m.n.Counters.Received.Add(1)
+		m.n.Counters.CountReject("bad-frame")
+		return pubsub.ValidationReject
+	}
+	c, err := m.n.Check(ctx, cf.CMB, node.Source{
+		PeerID: from.String(), NodeID: m.nodeIDOf(from), AuthorKey: cf.PublicKey, AuthorE2E: cf.E2EPublicKey, Via: "gossip",
+	})
+	switch {
+	case errors.Is(err, node.ErrNotForUs):
+		m.n.Counters.Relayed.Add(1)
+		return pubsub.ValidationAccept // relay, never store
+	case err != nil:
+		if isRejection(err) {
+			m.log.Debug("gossip record rejected", "peer", from, "err", err)
+			return pubsub.ValidationReject
+		}
+		m.log.Warn("gossip record not checked", "peer", from, "err", err)
+		return pubsub.ValidationIgnore
+	case c.Duplicate:
+		m.n.Counters.Duplicates.Add(1)
+		return pubsub.ValidationIgnore
+	}
+	msg.ValidatorData = c
+	return pubsub.ValidationAccept
+}
+
+// isRejection tells a verdict on the record from a local failure.
+func isRejection(err error) bool {
+	return cmb.ReasonOf(err) != "" || errors.Is(err, node.ErrRejected)
+}
+
+func (m *Mesh) nodeIDOf(pid peer.ID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ps, ok := m.peers[pid]; ok {
+		return ps.info.NodeID
+	}
+	return ""
+}
+
+// subscriptionLoop hands validated records to the store workers. It must
+// keep up: GossipSub drops messages for a subscription whose buffer is full.
+func (m *Mesh) subscriptionLoop(ctx context.Context) {
+	for {
+		msg, err := m.sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		c, _ := msg.ValidatorData.(*node.Checked)
+		if c == nil || msg.ReceivedFrom == m.h.ID() {
+			continue
+		}
+		select {
+		case m.acceptQ <- c:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (m *Mesh) acceptWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-m.acceptQ:
+			m.accept(ctx, c, 0)
+		}
+	}
+}
+
+// accept stores a checked record and queues its missing parents for fetch.
+// The record is stored at once — it verified on its own — and its lineage
+// fills in as parents arrive. It reports whether the record was new.
+func (m *Mesh) accept(ctx context.Context, c *node.Checked, depth int) bool {
+	dup, err := m.n.Accept(ctx, c)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("storing a received record failed; catch-up will retry", "key", c.Record.Key, "err", err)
+		}
+		return false
+	}
+	if len(c.MissingParents) > 0 {
+		hint, _ := peer.Decode(c.Source.PeerID)
+		m.pending.add(c.MissingParents, hint, depth+1)
+	}
+	return !dup
+}
+
+// Publish broadcasts a stored record on the group topic, paced by the
+// publish limiter (waiting, never dropping). The frame carries the author's
+// keys so members that never met the author can verify it.
+func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record) error {
+	if err := m.limit.wait(ctx); err != nil {
+		return fmt.Errorf("publish %s: %w", rec.Key, err)
+	}
+	f := &cmb.CMBFrame{Timestamp: time.Now().UnixMilli(), CMB: rec}
+	f.PublicKey, f.E2EPublicKey = m.authorKeys(ctx, rec.CreatedBy)
+	if rec.To != "" {
+		f.To, f.Directed = rec.To, true
+	}
+	payload, err := cmb.MarshalFrame(f)
+	if err != nil {
+		return err
+	}
+	if len(payload) > cmb.MaxFrameSize {
+		return fmt.Errorf("publish %s: %d-byte frame exceeds the %d-byte cap", rec.Key, len(payload), cmb.MaxFrameSize)
+	}
+	if err := m.topic.Publish(ctx, payload); err != nil {
+		return fmt.Errorf("publish %s: %w", rec.Key, err)
+	}
+	m.stats.published.Add(1)
+	return nil
+}
+
+// authorKeys returns an author's keys as frames carry them: ours, else the
+// roster's pin, else none (receivers then need their own pin).
+func (m *Mesh) authorKeys(ctx context.Context, author string) (pub, x string) {
+	if strings.EqualFold(author, m.id.NodeID) {
+		return m.id.PublicKeyB64(), m.id.E2EPublicKeyDER()
+	}
+	p, err := m.n.Store().GetPeer(ctx, strings.ToLower(author))
+	if err != nil {
+		return "", ""
+	}
+	if len(p.Ed25519) > 0 {
+		pub = cmb.EncodeKey(p.Ed25519)
+	}
+	if len(p.X25519) > 0 {
+		if k, err := e2e.ParsePublicKey(cmb.EncodeKey(p.X25519)); err == nil {
+			x = e2e.EncodePublicKeyDER(k)
+		}
+	}
+	return pub, x
+}
+
+// limiter is a token bucket whose callers queue (tokens go negative) and
+// sleep their turn, so a burst is paced rather than dropped.
+type limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newLimiter(rate float64, burst int) *limiter {
+	return &limiter{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+func (l *limiter) wait(ctx context.Context) error {
+	l.mu.Lock()
+	now := time.Now()
+	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	l.tokens--
+	var d time.Duration
+	if l.tokens < 0 {
+		d = time.Duration(-l.tokens / l.rate * float64(time.Second))
+	}
+	l.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

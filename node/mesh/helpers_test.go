@@ -1,0 +1,138 @@
+package mesh_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"cmbnode/cmb"
+	"cmbnode/node"
+	"cmbnode/node/identity"
+	"cmbnode/node/mesh"
+)
+
+// member is one in-process node with its mesh.
+type member struct {
+	t    testing.TB
+	home string
+	grp  string
+	n    *node.Node
+	m    *mesh.Mesh
+	tune func(*mesh.Config)
+}
+
+func logger(t testing.TB) *slog.Logger {
+	if os.Getenv("MESH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("t", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// newMember starts a node in a fresh home, bootstrapped to peers.
+func newMember(t testing.TB, grp, name string, peers []*member, tune func(*mesh.Config)) *member {
+	t.Helper()
+	home := t.TempDir()
+	if _, err := identity.Create(home, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	mb := &member{t: t, home: home, grp: grp, tune: tune}
+	mb.start(peers)
+	t.Cleanup(mb.stop)
+	return mb
+}
+
+// start opens the node in mb.home and starts its mesh.
+func (mb *member) start(peers []*member) {
+	t := mb.t
+	t.Helper()
+	id, err := identity.Load(mb.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mesh.Config{
+		Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: logger(t),
+		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second,
+	}
+	for _, p := range peers {
+		if p.m != nil {
+			cfg.Bootstrap = append(cfg.Bootstrap, p.m.Addrs()...)
+		}
+	}
+	if mb.tune != nil {
+		mb.tune(&cfg)
+	}
+	m, err := mesh.Start(context.Background(), cfg)
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	n.AttachMesh(m)
+	mb.n, mb.m = n, m
+}
+
+// stop detaches and closes the mesh, then the node; safe to call twice.
+func (mb *member) stop() {
+	if mb.m == nil {
+		return
+	}
+	mb.n.AttachMesh(nil)
+	if err := mb.m.Close(); err != nil {
+		mb.t.Logf("closing mesh: %v", err)
+	}
+	if err := mb.n.Close(); err != nil {
+		mb.t.Logf("closing node: %v", err)
+	}
+	mb.m, mb.n = nil, nil
+}
+
+func (mb *member) nodeID() string { return mb.n.Identity().NodeID }
+
+// remember authors a record on mb.
+func (mb *member) remember(focus string, parents []string, to string) string {
+	mb.t.Helper()
+	var f cmb.Fields
+	f[cmb.Focus].Text = focus
+	res, err := mb.n.Remember(context.Background(), node.RememberInput{Fields: f, Parents: parents, To: to})
+	if err != nil {
+		mb.t.Fatalf("remember %q: %v", focus, err)
+	}
+	return res.Key
+}
+
+func (mb *member) has(key string) bool {
+	ok, err := mb.n.Store().Has(context.Background(), key)
+	if err != nil {
+		mb.t.Fatal(err)
+	}
+	return ok
+}
+
+// eventually polls cond until it holds or the deadline passes. Deadlines are
+// generous: they bound a hang, they do not measure speed.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitPeers waits until every member sees want peers.
+func waitPeers(t testing.TB, want int, ms ...*member) {
+	t.Helper()
+	for _, mb := range ms {
+		eventually(t, 20*time.Second, fmt.Sprintf("%s sees %d peers", mb.n.Identity().Name, want), func() bool {
+			return mb.m.PeerCount() >= want
+		})
+	}
+}

@@ -1,0 +1,405 @@
+// Package mesh connects a node to its group over libp2p: a host keyed by the
+// node's Ed25519 identity (so the PeerID proves the MMP key), the /mmp/1.1.0
+// stream protocol (handshake, heartbeat, peer-info, fetch and catch-up), one
+// GossipSub topic per group whose validator runs the node's receive pipeline,
+// LAN discovery by mDNS and bootstrap peers re-dialled with backoff.
+//
+// Nothing is lost by design (DESIGN "Nothing lost"): GossipSub is the fast
+// path, a remix's missing parents are fetched by key and kept pending until
+// some peer serves them, and every peer pair periodically reconciles what it
+// holds for the group and pulls the difference.
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"cmbnode/group"
+	"cmbnode/node"
+	"cmbnode/node/identity"
+)
+
+// ProtocolID is the libp2p stream protocol carrying length-prefixed MMP frames.
+const ProtocolID = protocol.ID("/mmp/1.1.0")
+
+// MDNSService is the DNS-SD service cmbnode nodes announce on the LAN. It is
+// not SYM's _sym._tcp: libp2p peers are found by their own service.
+const MDNSService = "_cmbnode-mmp._udp"
+
+// DefaultListen are the listen addresses when none are configured: every
+// interface, random ports, TCP and QUIC.
+var DefaultListen = []string{
+	"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1",
+	"/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1",
+}
+
+// Config configures a mesh. Only Node is required; zero values take the
+// documented defaults.
+type Config struct {
+	// Node is the core the mesh feeds; its identity keys the host and its
+	// group is the only group this mesh joins.
+	Node *node.Node
+	// Listen are libp2p multiaddrs; empty means DefaultListen.
+	Listen []string
+	// Bootstrap are full multiaddrs (with /p2p/) dialled at start and
+	// re-dialled with backoff whenever the connection drops.
+	Bootstrap []string
+	// MDNS announces and discovers peers on the LAN.
+	MDNS   bool
+	Logger *slog.Logger
+
+	// HandshakeTimeout bounds the wait for the first frame (MMP: 10 s).
+	HandshakeTimeout time.Duration
+	// HeartbeatInterval and HeartbeatTimeout are MMP's 5 s / 15 s.
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// CatchUpInterval is how often each peer is reconciled after the first
+	// reconciliation on connect (default 60 s).
+	CatchUpInterval time.Duration
+	// PublishRate (records/s) and PublishBurst pace Publish: a burst beyond
+	// them waits instead of overrunning GossipSub queues (default 4000/s,
+	// burst 2000).
+	PublishRate  float64
+	PublishBurst int
+	// ConnLow and ConnHigh are the connection manager's watermarks (default
+	// 64/192); handshaken group peers are protected from trimming.
+	ConnLow, ConnHigh int
+	// RetryMax caps the backoff of a pending parent fetch and of a
+	// bootstrap re-dial (default 60 s).
+	RetryMax time.Duration
+}
+
+func (c *Config) defaults() {
+	if len(c.Listen) == 0 {
+		c.Listen = DefaultListen
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDur := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	setDur(&c.HandshakeTimeout, 10*time.Second)
+	setDur(&c.HeartbeatInterval, 5*time.Second)
+	setDur(&c.HeartbeatTimeout, 15*time.Second)
+	setDur(&c.CatchUpInterval, 60*time.Second)
+	setDur(&c.RetryMax, 60*time.Second)
+	if c.PublishRate <= 0 {
+		c.PublishRate = 4000
+	}
+	if c.PublishBurst <= 0 {
+		c.PublishBurst = 2000
+	}
+	if c.ConnLow <= 0 {
+		c.ConnLow = 64
+	}
+	if c.ConnHigh <= c.ConnLow {
+		c.ConnHigh = c.ConnLow * 3
+	}
+}
+
+// Mesh is a running mesh. It implements node.Mesh.
+type Mesh struct {
+	cfg   Config
+	n     *node.Node
+	id    *identity.Identity
+	group string
+	log   *slog.Logger
+	h     host.Host
+
+	ps    *pubsub.PubSub
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mdns   mdns.Service
+
+	mu       sync.Mutex
+	peers    map[peer.ID]*peerState
+	mismatch map[peer.ID]time.Time // peers of another group: not re-dialled until then
+	dialing  map[peer.ID]bool
+
+	acceptQ chan *node.Checked
+	pending *pending
+	limit   *limiter
+	stats   stats
+
+	runMu     sync.Mutex // orders goRun's wg.Add before Close's wg.Wait
+	closed    bool
+	closeOnce sync.Once
+}
+
+// peerState is a handshaken peer: one or more live sessions.
+type peerState struct {
+	info     node.PeerInfo
+	sessions []*session
+	catching atomic.Bool // a catch-up with this peer is running
+}
+
+// Start builds the host, joins the group topic, starts discovery and
+// returns once the host listens. Close stops everything it started.
+func Start(ctx context.Context, cfg Config) (*Mesh, error) {
+	if cfg.Node == nil {
+		return nil, errors.New("start mesh: no node")
+	}
+	cfg.defaults()
+	n := cfg.Node
+	id := n.Identity()
+	m := &Mesh{
+		cfg: cfg, n: n, id: id, group: group.Normalize(n.Group()),
+		log:      cfg.Logger.With("component", "mesh"),
+		peers:    map[peer.ID]*peerState{},
+		mismatch: map[peer.ID]time.Time{},
+		dialing:  map[peer.ID]bool{},
+		acceptQ:  make(chan *node.Checked, acceptQueue),
+		limit:    newLimiter(cfg.PublishRate, cfg.PublishBurst),
+	}
+	// The mesh outlives the caller's start-up context; Close ends it.
+	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	m.pending = newPending(m)
+
+	h, err := newHost(cfg, id)
+	if err != nil {
+		m.cancel()
+		return nil, err
+	}
+	m.h = h
+	h.SetStreamHandler(ProtocolID, m.handleStream)
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected, DisconnectedF: m.onDisconnected})
+
+	if err := m.startGossip(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.goRun(m.pending.run)
+	m.goRun(m.catchUpLoop)
+	for _, a := range cfg.Bootstrap {
+		ai, err := peer.AddrInfoFromString(a)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("start mesh: bootstrap %q: %w (want a multiaddr ending in /p2p/<peerId>)", a, err)
+		}
+		if ai.ID == h.ID() {
+			continue
+		}
+		m.goRun(func(ctx context.Context) { m.keepDialled(ctx, *ai) })
+	}
+	if cfg.MDNS {
+		m.mdns = mdns.NewMdnsService(h, MDNSService, mdnsNotifee{m})
+		if err := m.mdns.Start(); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("start mesh: mdns: %w", err)
+		}
+	}
+	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "addrs", m.Addrs())
+	return m, nil
+}
+
+// newHost builds the libp2p host. Limits (documented for operators):
+//   - connection manager: trims to ConnLow when over ConnHigh, 1 min grace;
+//     handshaken group peers are protected;
+//   - resource manager: libp2p's auto-scaled defaults, capped at 1024
+//     connections (512 in, 512 out) system-wide; /mmp/1.1.0 is limited to
+//     1024 streams overall and 8 per peer (cmbnode opens one, a both-dial
+//     race two, the rest is headroom for redials).
+func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
+	priv, err := crypto.UnmarshalEd25519PrivateKey(id.Ed25519)
+	if err != nil {
+		return nil, fmt.Errorf("start mesh: host key from identity: %w", err)
+	}
+	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("start mesh: connection manager: %w", err)
+	}
+	scaling := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&scaling)
+	limits := rcmgr.PartialLimitConfig{
+		System: rcmgr.ResourceLimits{Conns: 1024, ConnsInbound: 512, ConnsOutbound: 512},
+		Protocol: map[protocol.ID]rcmgr.ResourceLimits{
+			ProtocolID: {Streams: 1024, StreamsInbound: 1024, StreamsOutbound: 1024},
+		},
+		ProtocolPeer: map[protocol.ID]rcmgr.ResourceLimits{
+			ProtocolID: {Streams: 8, StreamsInbound: 8, StreamsOutbound: 8},
+		},
+	}.Build(scaling.AutoScale())
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits))
+	if err != nil {
+		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
+	}
+	h, err := libp2p.New(
+		libp2p.Identity(priv),
+		libp2p.ListenAddrStrings(cfg.Listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Transport(libp2pquic.NewTransport),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.ConnectionManager(cm),
+		libp2p.ResourceManager(rm),
+		libp2p.DisableRelay(),
+		// Metrics go through our own handler; libp2p's would register in
+		// the process-global Prometheus registry.
+		libp2p.DisableMetrics(),
+	)
+	if err != nil {
+		rm.Close()
+		return nil, fmt.Errorf("start mesh: libp2p host on %v: %w", cfg.Listen, err)
+	}
+	return h, nil
+}
+
+func (m *Mesh) goRun(f func(ctx context.Context)) {
+	m.runMu.Lock()
+	if m.closed {
+		m.runMu.Unlock()
+		return
+	}
+	m.wg.Add(1)
+	m.runMu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		f(m.ctx)
+	}()
+}
+
+// Close stops discovery, gossip, sessions and the host, and waits for every
+// goroutine the mesh started. Detach it from the node first.
+func (m *Mesh) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		if m.mdns != nil {
+			m.mdns.Close()
+		}
+		m.runMu.Lock()
+		m.closed = true
+		m.runMu.Unlock()
+		m.cancel()
+		if m.sub != nil {
+			m.sub.Cancel()
+		}
+		if m.topic != nil {
+			m.topic.Close()
+		}
+		if m.h != nil {
+			err = m.h.Close()
+		}
+		m.wg.Wait()
+	})
+	return err
+}
+
+// Host exposes the libp2p host (tests, diagnostics).
+func (m *Mesh) Host() host.Host { return m.h }
+
+// PeerID is this node's libp2p peer id.
+func (m *Mesh) PeerID() string { return m.h.ID().String() }
+
+// Addrs are the full listen multiaddrs, each ending in /p2p/<peerId>.
+func (m *Mesh) Addrs() []string {
+	p2p, err := ma.NewComponent("p2p", m.h.ID().String())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range m.h.Addrs() {
+		out = append(out, a.Encapsulate(p2p.Multiaddr()).String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Peers lists handshaken peers of the group, ordered by nodeId.
+func (m *Mesh) Peers() []node.PeerInfo {
+	m.mu.Lock()
+	out := make([]node.PeerInfo, 0, len(m.peers))
+	for pid, ps := range m.peers {
+		pi := ps.info
+		pi.Addrs = nil
+		for _, a := range m.h.Peerstore().Addrs(pid) {
+			pi.Addrs = append(pi.Addrs, a.String())
+		}
+		slices.Sort(pi.Addrs)
+		out = append(out, pi)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b node.PeerInfo) int {
+		if a.NodeID < b.NodeID {
+			return -1
+		}
+		if a.NodeID > b.NodeID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// PeerCount is the number of handshaken peers.
+func (m *Mesh) PeerCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.peers)
+}
+
+// admitted reports whether pid is a handshaken peer of our group: the
+// GossipSub peer filter and the validator's first check.
+func (m *Mesh) admitted(pid peer.ID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.peers[pid]
+	return ok
+}
+
+// sessionFor returns one live session with pid, or nil.
+func (m *Mesh) sessionFor(pid peer.ID) *session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ps, ok := m.peers[pid]; ok && len(ps.sessions) > 0 {
+		return ps.sessions[0]
+	}
+	return nil
+}
+
+// sessions returns one live session per handshaken peer, preferring first.
+func (m *Mesh) sessions(first peer.ID) []*session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*session, 0, len(m.peers))
+	for pid, ps := range m.peers {
+		if len(ps.sessions) == 0 {
+			continue
+		}
+		if pid == first {
+			out = append([]*session{ps.sessions[0]}, out...)
+		} else {
+			out = append(out, ps.sessions[0])
+		}
+	}
+	return out
+}
