@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"cmbnode/cmb"
+	"cmbnode/node/daemon"
+	"cmbnode/node/ipc"
+)
+
+// callTimeout bounds one CLI request to the daemon, so a wedged daemon
+// cannot hang a script forever.
+const callTimeout = 2 * time.Minute
+
+// clientFlags registers what every socket client takes.
+func clientFlags(fs *flag.FlagSet) (home *string, asJSON *bool) {
+	return homeFlag(fs), fs.Bool("json", false, "print one JSON object")
+}
+
+// session is one connection to the daemon for one command.
+type session struct {
+	c   *ipc.Client
+	ctx context.Context
+}
+
+func connect(e *env, homeFlag string) (*session, func(), error) {
+	h, err := resolveHome(homeFlag)
+	if err != nil {
+		return nil, nil, err
+	}
+	sock := daemon.SocketPath(h)
+	ctx, cancel := context.WithTimeout(e.ctx, callTimeout)
+	c, err := ipc.Dial(ctx, sock)
+	if err != nil {
+		cancel()
+		if errors.Is(err, ipc.ErrNoDaemon) {
+			fix := "cmbnode daemon"
+			if homeFlag != "" {
+				fix += " --home " + homeFlag
+			}
+			return nil, nil, fmt.Errorf("no daemon is running at %s; start one with `%s`", sock, fix)
+		}
+		return nil, nil, err
+	}
+	return &session{c: c, ctx: ctx}, func() { c.Close(); cancel() }, nil
+}
+
+// daemonErr renders an error reply as one line naming its code.
+func daemonErr(err error) error {
+	var e *ipc.Error
+	if errors.As(err, &e) {
+		return fmt.Errorf("%s (%s)", e.Message, e.Code)
+	}
+	return err
+}
+
+// printPayload prints a reply without its envelope (type, action, id).
+func printPayload(w io.Writer, raw json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("daemon sent an unreadable reply: %w", err)
+	}
+	delete(m, "type")
+	delete(m, "action")
+	delete(m, "id")
+	return writeJSON(w, m)
+}
+
+func noArgs(rest []string) error {
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q", rest[0])
+	}
+	return nil
+}
+
+func cmdStatus(e *env, args []string) error {
+	fs := newFlags(e, "status", "status [--home DIR] [--json]")
+	home, asJSON := clientFlags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, ipc.TypeStatus, nil)
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		return printPayload(e.stdout, raw)
+	}
+	var st ipc.StatusReply
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("daemon sent an unreadable status: %w", err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node\t%s (%s)\n", st.NodeID, st.Name)
+	fmt.Fprintf(tw, "group\t%s\n", st.Group)
+	peerID := st.PeerID
+	if peerID == "" {
+		peerID = "- (not on the mesh)"
+	}
+	fmt.Fprintf(tw, "peerId\t%s\n", peerID)
+	if len(st.Addrs) == 0 {
+		fmt.Fprintf(tw, "addrs\t-\n")
+	}
+	for i, a := range st.Addrs {
+		label := ""
+		if i == 0 {
+			label = "addrs"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, a)
+	}
+	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
+	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
+	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
+	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", s.c.Path(), st.SocketClients)
+	return tw.Flush()
+}
+
+func cmdPeers(e *env, args []string) error {
+	fs := newFlags(e, "peers", "peers [--home DIR] [--json]")
+	home, asJSON := clientFlags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, ipc.TypePeers, nil)
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		return printPayload(e.stdout, raw)
+	}
+	var r struct {
+		Peers []struct {
+			NodeID string   `json:"nodeId"`
+			Name   string   `json:"name"`
+			PeerID string   `json:"peerId"`
+			Group  string   `json:"group"`
+			Addrs  []string `json:"addrs"`
+		} `json:"peers"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("daemon sent an unreadable peer list: %w", err)
+	}
+	if len(r.Peers) == 0 {
+		fmt.Fprintln(e.stdout, "no peers")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tADDRS")
+	for _, p := range r.Peers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(strings.Join(p.Addrs, ","), 60))
+	}
+	return tw.Flush()
+}
+
+// floatFlag is a float flag that knows whether it was given.
+type floatFlag struct {
+	v   float64
+	set bool
+}
+
+func (f *floatFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatFloat(f.v, 'g', -1, 64)
+}
+
+func (f *floatFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || v < -1 || v > 1 {
+		return fmt.Errorf("%q is not a number in [-1, 1]", s)
+	}
+	f.v, f.set = v, true
+	return nil
+}
+
+func cmdRemember(e *env, args []string) error {
+	fs := newFlags(e, "remember", "remember --focus T [--issue T] [--intent T] [--motivation T] [--commitment T] [--perspective T] [--mood T] [--valence F] [--arousal F] [--parent KEY]… [--to NODEID] [--home DIR] [--json]")
+	home, asJSON := clientFlags(fs)
+	texts := map[string]*string{}
+	for _, name := range cmb.FieldNames {
+		texts[name] = fs.String(name, "", "the "+name+" field (default \"neutral\")")
+	}
+	var valence, arousal floatFlag
+	fs.Var(&valence, "valence", "mood valence in [-1, 1]")
+	fs.Var(&arousal, "arousal", "mood arousal in [-1, 1]")
+	var parents listFlag
+	fs.Var(&parents, "parent", "key of a record this one builds on (repeatable)")
+	to := fs.String("to", "", "recipient nodeId: seal the record for that node only")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*texts["focus"]) == "" {
+		return usagef("--focus is required")
+	}
+	fields := map[string]any{}
+	for name, v := range texts {
+		if *v != "" && name != "mood" {
+			fields[name] = *v
+		}
+	}
+	if *texts["mood"] != "" || valence.set || arousal.set {
+		mood := map[string]any{"text": *texts["mood"]}
+		if valence.set {
+			mood["valence"] = valence.v
+		}
+		if arousal.set {
+			mood["arousal"] = arousal.v
+		}
+		fields["mood"] = mood
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := s.c.Remember(s.ctx, ipc.RememberArgs{Fields: fields, Parents: parents, To: *to})
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, res)
+	}
+	fmt.Fprintln(e.stdout, res.Key)
+	if res.Duplicate {
+		fmt.Fprintln(e.stderr, "cmbnode remember: the node already held this record")
+	}
+	return nil
+}
+
+func cmdRecall(e *env, args []string) error {
+	fs := newFlags(e, "recall", "recall [--limit N] [--home DIR] [--json] QUERY")
+	home, asJSON := clientFlags(fs)
+	limit := fs.Int("limit", 10, "at most this many results (1–1000)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	query := strings.TrimSpace(strings.Join(rest, " "))
+	if query == "" {
+		return usagef("give a query, e.g. cmbnode recall \"release plan\"")
+	}
+	if *limit < 1 || *limit > 1000 {
+		return usagef("--limit must be between 1 and 1000")
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, ipc.TypeRecall, map[string]any{"query": query, "limit": *limit})
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		return printPayload(e.stdout, raw)
+	}
+	var r struct {
+		Results []struct {
+			Key       string                           `json:"key"`
+			CreatedBy string                           `json:"createdBy"`
+			CreatedAt int64                            `json:"createdAt"`
+			Fields    map[string]struct{ Text string } `json:"fields"`
+			Score     float64                          `json:"score"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("daemon sent unreadable results: %w", err)
+	}
+	if len(r.Results) == 0 {
+		fmt.Fprintf(e.stdout, "no matches for %q\n", query)
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCORE\tAGE\tKEY\tFOCUS")
+	for _, h := range r.Results {
+		fmt.Fprintf(tw, "%.3f\t%s\t%s\t%s\n", h.Score, relTime(time.UnixMilli(h.CreatedAt), now), h.Key, truncate(h.Fields["focus"].Text, 60))
+	}
+	return tw.Flush()
+}
+
+func keyArg(rest []string, cmd string) (string, error) {
+	if len(rest) != 1 {
+		return "", usagef("give one key, e.g. cmbnode %s cmb1-…", cmd)
+	}
+	if cmb.SchemeOf(rest[0]) == cmb.SchemeUnknown {
+		return "", usagef("%q is not a CMB key (cmb1-… or cmb-…)", rest[0])
+	}
+	return rest[0], nil
+}
+
+func cmdGet(e *env, args []string) error {
+	fs := newFlags(e, "get", "get [--home DIR] [--json] KEY")
+	home, asJSON := clientFlags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := keyArg(rest, "get")
+	if err != nil {
+		return err
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	g, err := s.c.Get(s.ctx, key)
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		// The record exactly as held, so it pipes into `cmbnode cmb verify`.
+		_, err := e.stdout.Write(append(append([]byte(nil), g.CMB...), '\n'))
+		return err
+	}
+	rec, err := cmb.Decode(g.CMB)
+	if err != nil {
+		return fmt.Errorf("the daemon holds %s in a form this CLI cannot read: %w", key, err)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\n", rec.Key)
+	fmt.Fprintf(tw, "createdBy\t%s\n", rec.CreatedBy)
+	created := time.UnixMilli(rec.CreatedAt)
+	fmt.Fprintf(tw, "createdAt\t%s (%s)\n", created.UTC().Format(time.RFC3339), relTime(created, now))
+	fmt.Fprintf(tw, "group\t%s\n", rec.Group)
+	if rec.To != "" {
+		fmt.Fprintf(tw, "to\t%s\n", rec.To)
+	}
+	for i, p := range rec.Parents() {
+		label := ""
+		if i == 0 {
+			label = "parents"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, p)
+	}
+	fmt.Fprintf(tw, "stored\t%s, from %s\n", relTime(time.UnixMilli(g.StoredAt), now), g.Source)
+	if rec.IsSealed() {
+		fmt.Fprintf(tw, "fields\t(sealed)\n")
+	} else {
+		for i, name := range cmb.FieldNames {
+			f := rec.Fields[i]
+			text := truncate(f.Text, 200)
+			if i == cmb.Mood && (f.Valence != nil || f.Arousal != nil) {
+				var affect []string
+				if f.Valence != nil {
+					affect = append(affect, "valence "+strconv.FormatFloat(*f.Valence, 'g', -1, 64))
+				}
+				if f.Arousal != nil {
+					affect = append(affect, "arousal "+strconv.FormatFloat(*f.Arousal, 'g', -1, 64))
+				}
+				text += " (" + strings.Join(affect, ", ") + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", name, text)
+		}
+	}
+	return tw.Flush()
+}
+
+func cmdLineage(e *env, args []string) error {
+	fs := newFlags(e, "lineage", "lineage [--depth N] [--home DIR] [--json] KEY")
+	home, asJSON := clientFlags(fs)
+	depth := fs.Int("depth", 0, "hops to walk each way (0: all)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := keyArg(rest, "lineage")
+	if err != nil {
+		return err
+	}
+	if *depth < 0 {
+		return usagef("--depth must not be negative")
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, ipc.TypeLineage, map[string]any{"key": key, "depth": *depth})
+	if err != nil {
+		return daemonErr(err)
+	}
+	if *asJSON {
+		return printPayload(e.stdout, raw)
+	}
+	var l struct {
+		Ancestors   []string `json:"ancestors"`
+		Descendants []string `json:"descendants"`
+	}
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return fmt.Errorf("daemon sent an unreadable lineage: %w", err)
+	}
+	fmt.Fprintln(e.stdout, key)
+	now := time.Now()
+	for _, part := range []struct {
+		name string
+		keys []string
+	}{{"ancestors", l.Ancestors}, {"descendants", l.Descendants}} {
+		fmt.Fprintf(e.stdout, "%s (%d, nearest first)\n", part.name, len(part.keys))
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		for i, k := range part.keys {
+			if i == maxLineageShown {
+				fmt.Fprintf(tw, "  … %d more (--json lists all)\n", len(part.keys)-i)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", k, s.summary(k, now))
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+// maxLineageShown bounds how many relatives the human output looks up.
+const maxLineageShown = 50
+
+// summary is "3m ago  focus…" for a held record, or why it cannot be shown.
+func (s *session) summary(key string, now time.Time) string {
+	g, err := s.c.Get(s.ctx, key)
+	if err != nil {
+		var e *ipc.Error
+		if errors.As(err, &e) && e.Code == ipc.CodeNotFound {
+			return "(not held here)"
+		}
+		return "(" + err.Error() + ")"
+	}
+	rec, err := cmb.Decode(g.CMB)
+	if err != nil {
+		return "(unreadable)"
+	}
+	if rec.IsSealed() {
+		return relTime(time.UnixMilli(rec.CreatedAt), now) + "\t(sealed)"
+	}
+	return relTime(time.UnixMilli(rec.CreatedAt), now) + "\t" + truncate(rec.Fields[cmb.Focus].Text, 60)
+}
+
+// relTime says how long ago t was, coarsely: "just now", "42s ago",
+// "3m ago", "5h ago", "2d ago"; beyond 30 days, or in the future, the date.
+func relTime(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < -time.Minute:
+		return t.UTC().Format("2006-01-02")
+	case d < 5*time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	case d < 30*24*time.Hour:
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	}
+	return t.UTC().Format("2006-01-02")
+}
+
+// truncate shortens s to n runes with an ellipsis, on one line.
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return strings.TrimSpace(string(r[:n-1])) + "…"
+}

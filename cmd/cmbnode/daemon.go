@@ -1,0 +1,92 @@
+package main
+
+import (
+	"flag"
+	"strings"
+
+	"cmbnode/group"
+	"cmbnode/node/daemon"
+)
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// daemonHooks wires the parts other packages provide into the daemon: the
+// mesh (node/mesh), the CGP engine and its HTTP binding (node/cgp) and the
+// metrics endpoint. A hook left nil is a feature this build lacks; the
+// daemon runs without it and says so in its log.
+func daemonHooks() daemon.Hooks { return daemon.Hooks{} }
+
+func cmdDaemon(e *env, args []string) error {
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--log-json] [--log-level L]")
+	home := homeFlag(fs)
+	grp := fs.String("group", "", "mesh group to join (overrides config.toml; default \"default\")")
+	var listen, bootstrap listFlag
+	fs.Var(&listen, "listen", "libp2p listen multiaddr (repeatable; overrides config.toml)")
+	fs.Var(&bootstrap, "bootstrap", "peer to dial, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
+	noMDNS := fs.Bool("no-mdns", false, "turn LAN discovery off")
+	cgpHTTP := fs.String("cgp-http", "", "serve Context Graph Protocol over HTTP at ADDR, e.g. 127.0.0.1:7474")
+	metrics := fs.String("metrics", "", "serve Prometheus metrics at ADDR, e.g. 127.0.0.1:9464")
+	retention := fs.Duration("retention", 0, "purge records older than this, e.g. 720h (0 keeps everything)")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
+	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usagef("unexpected argument %q", rest[0])
+	}
+	// Only flags given on the command line override the file.
+	var o daemon.Overrides
+	var badFlag error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "group":
+			if err := group.Validate(*grp); err != nil {
+				badFlag = usagef("--group: %v", err)
+			}
+			o.Group = grp
+		case "listen":
+			o.Listen = listen
+		case "bootstrap":
+			o.Bootstrap = bootstrap
+		case "no-mdns":
+			o.NoMDNS = *noMDNS
+		case "cgp-http":
+			o.CGPHTTP = cgpHTTP
+		case "metrics":
+			o.Metrics = metrics
+		case "retention":
+			if *retention < 0 {
+				badFlag = usagef("--retention must not be negative")
+			}
+			r := *retention
+			o.Retention = &r
+		case "log-json":
+			o.LogJSON = logJSON
+		case "log-level":
+			switch *logLevel {
+			case "debug", "info", "warn", "error":
+			default:
+				badFlag = usagef("--log-level %q: use debug, info, warn or error", *logLevel)
+			}
+			o.LogLevel = logLevel
+		}
+	})
+	if badFlag != nil {
+		return badFlag
+	}
+	h, err := resolveHome(*home)
+	if err != nil {
+		return err
+	}
+	return daemon.Run(e.ctx, daemon.Options{
+		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Hooks: daemonHooks(),
+	})
+}
