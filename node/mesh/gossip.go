@@ -31,6 +31,9 @@ const (
 	// acceptWorkers store in parallel so the store's group commit batches
 	// them into few fsyncs; one worker would pay one fsync per record.
 	acceptWorkers = 32
+	// unadmittedScore keeps a peer that has not handshaken into our group
+	// below the gossip and publish thresholds, above the graylist.
+	unadmittedScore = -600
 )
 
 func (m *Mesh) startGossip() error {
@@ -49,12 +52,34 @@ func (m *Mesh) startGossip() error {
 		pubsub.WithPeerFilter(func(pid peer.ID, topic string) bool {
 			return topic == topicName && m.admitted(pid)
 		}),
-		// Flood publishing would send our records to every peer merely
-		// subscribed to the topic, handshaken or not; the mesh is filtered.
-		pubsub.WithFloodPublish(false),
+		// Our own records go straight to every admitted subscriber (flood
+		// publish), so a record published before the GossipSub mesh formed
+		// is not left to gossip. Flood publishing skips peers scoring below
+		// the publish threshold, and the only score component in use is the
+		// application one: unadmitted peers sit below it (but above the
+		// graylist, so their subscriptions are still heard).
+		pubsub.WithFloodPublish(true),
+		pubsub.WithPeerScore(&pubsub.PeerScoreParams{
+			SkipAtomicValidation: true,
+			AppSpecificScore: func(pid peer.ID) float64 {
+				if m.admitted(pid) {
+					return 0
+				}
+				return unadmittedScore
+			},
+			AppSpecificWeight: 1,
+			DecayInterval:     time.Second,
+			DecayToZero:       0.01,
+		}, &pubsub.PeerScoreThresholds{
+			SkipAtomicValidation: true,
+			GossipThreshold:      -100,
+			PublishThreshold:     -500,
+			GraylistThreshold:    -1000,
+		}),
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),
+		pubsub.WithLogger(m.log.With("component", "pubsub")),
 	)
 	if err != nil {
 		return fmt.Errorf("start gossip: %w", err)

@@ -1,0 +1,307 @@
+package mesh_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"cmbnode/cmb"
+	"cmbnode/group"
+	"cmbnode/node/identity"
+	"cmbnode/node/mesh"
+)
+
+// rogue is a raw libp2p host that speaks /mmp/1.1.0 and the group topic by
+// hand, so a test can send what an honest node never would.
+type rogue struct {
+	t     *testing.T
+	id    *identity.Identity
+	h     host.Host
+	s     network.Stream
+	ps    *pubsub.PubSub
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+}
+
+func newRogue(t *testing.T) *rogue {
+	t.Helper()
+	id, err := identity.Create(t.TempDir(), "rogue", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := crypto.UnmarshalEd25519PrivateKey(id.Ed25519)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := libp2p.New(libp2p.Identity(priv), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.DisableMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return &rogue{t: t, id: id, h: h}
+}
+
+func (r *rogue) dial(victim *member) {
+	r.t.Helper()
+	ai, err := peer.AddrInfoFromString(victim.m.Addrs()[0])
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.h.Connect(ctx, *ai); err != nil {
+		r.t.Fatal(err)
+	}
+	if r.s, err = r.h.NewStream(ctx, ai.ID, mesh.ProtocolID); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rogue) handshake(publicKey, grp string) {
+	r.t.Helper()
+	r.send(&cmb.Handshake{
+		NodeID: r.id.NodeID, Name: "rogue", Version: cmb.ProtocolVersion, PublicKey: publicKey,
+		E2EPublicKey: r.id.E2EPublicKeyDER(), Group: grp, LifecycleRole: "participant",
+	})
+}
+
+func (r *rogue) send(f cmb.Frame) {
+	r.t.Helper()
+	p, err := cmb.MarshalFrame(f)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := cmb.WriteFrame(r.s, p); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// readAll returns every frame the victim sends until it closes the stream.
+func (r *rogue) readAll() []cmb.Frame {
+	_ = r.s.SetReadDeadline(time.Now().Add(15 * time.Second))
+	var out []cmb.Frame
+	for {
+		p, err := cmb.ReadFrame(r.s, nil)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
+				r.t.Logf("reading from victim: %v", err)
+			}
+			return out
+		}
+		if f, err := cmb.ParseFrame(p); err == nil {
+			out = append(out, f)
+		}
+	}
+}
+
+// serve answers pings so the victim keeps the session while the test runs.
+func (r *rogue) serve() {
+	go func() {
+		for {
+			p, err := cmb.ReadFrame(r.s, nil)
+			if err != nil {
+				return
+			}
+			if f, err := cmb.ParseFrame(p); err == nil && f.FrameType() == cmb.TypePing {
+				pp, _ := cmb.MarshalFrame(&cmb.Pong{})
+				_ = cmb.WriteFrame(r.s, pp)
+			}
+		}
+	}()
+}
+
+func (r *rogue) joinTopic(grp string) {
+	r.t.Helper()
+	ps, err := pubsub.NewGossipSub(context.Background(), r.h,
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign), pubsub.WithNoAuthor(),
+		pubsub.WithMessageIdFn(func(m *pb.Message) string { s := sha256.Sum256(m.GetData()); return string(s[:]) }),
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if r.topic, err = ps.Join(group.Topic(grp)); err != nil {
+		r.t.Fatal(err)
+	}
+	sub, err := r.topic.Subscribe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(sub.Cancel)
+	r.ps, r.sub = ps, sub
+}
+
+func (r *rogue) publish(payload []byte) {
+	r.t.Helper()
+	if err := r.topic.Publish(context.Background(), payload); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rogue) build(focus, grp, createdBy string) *cmb.Record {
+	r.t.Helper()
+	var f cmb.Fields
+	f[cmb.Focus].Text = focus
+	rec, err := cmb.Build(cmb.Draft{Fields: f, Group: grp, CreatedBy: createdBy, CreatedAt: time.Now().UnixMilli()}, r.id.Ed25519)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rec
+}
+
+func frameOf(t *testing.T, rec *cmb.Record, pub string) []byte {
+	t.Helper()
+	p, err := cmb.MarshalFrame(&cmb.CMBFrame{Timestamp: time.Now().UnixMilli(), CMB: rec, PublicKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A handshaken member that publishes forgeries on the topic, and a host
+// whose handshake key is not its libp2p key: each is rejected and counted,
+// nothing of theirs is stored, and honest traffic keeps flowing.
+func TestMisbehavingPeer(t *testing.T) {
+	victim := newMember(t, "alpha", "victim", nil, nil)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	// A handshake whose publicKey is not the connection's key: 1006, closed.
+	liar := newRogue(t)
+	liar.dial(victim)
+	liar.handshake(honest.n.Identity().PublicKeyB64(), "alpha")
+	var codes []int
+	for _, f := range liar.readAll() {
+		if e, ok := f.(*cmb.ErrorFrame); ok {
+			codes = append(codes, e.Code)
+		}
+	}
+	if len(codes) != 1 || codes[0] != cmb.CodeAuthFailed {
+		t.Fatalf("liar got error codes %v, want [%d]", codes, cmb.CodeAuthFailed)
+	}
+
+	// The rogue handshakes honestly and then misbehaves on the topic.
+	r := newRogue(t)
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.serve()
+	r.joinTopic("alpha")
+	victimID, _ := peer.Decode(victim.m.PeerID())
+	eventually(t, 10*time.Second, "rogue sees the victim on the topic", func() bool {
+		for _, p := range r.ps.ListPeers(group.Topic("alpha")) {
+			if p == victimID {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+
+	t.Logf("%s publishing forgeries, topic peers %v", time.Now().Format("05.000"), r.ps.ListPeers(group.Topic("alpha")))
+	rogueKey := r.id.PublicKeyB64()
+	honestID := honest.nodeID()
+	var forged []string
+
+	badSig := r.build("bad signature", "alpha", r.id.NodeID)
+	badSig.Sig = flip(badSig.Sig)
+	forged = append(forged, badSig.Key)
+	r.publish(frameOf(t, badSig, rogueKey))
+
+	relabelled := r.build("relabelled author", "alpha", r.id.NodeID)
+	relabelled.CreatedBy = honestID // the victim checks it against honest's pinned key
+	forged = append(forged, relabelled.Key)
+	r.publish(frameOf(t, relabelled, ""))
+
+	wrongGroup := r.build("wrong group", "beta", r.id.NodeID)
+	forged = append(forged, wrongGroup.Key)
+	r.publish(frameOf(t, wrongGroup, rogueKey))
+
+	conflicting := r.build("conflicting key", "alpha", honestID) // signed by the rogue, claims honest
+	forged = append(forged, conflicting.Key)
+	r.publish(frameOf(t, conflicting, rogueKey))
+
+	mismatch := r.build("key and fields agree", "alpha", r.id.NodeID)
+	mismatch.Fields[cmb.Focus].Text = "fields swapped after signing"
+	forged = append(forged, mismatch.Key)
+	r.publish(frameOf(t, mismatch, rogueKey))
+
+	big := make([]byte, cmb.MaxFrameSize+100)
+	copy(big, `{"type":"cmb","cmb":{"key":"`)
+	for i := 30; i < len(big); i++ {
+		big[i] = 'a'
+	}
+	r.publish(big)
+
+	r.publish([]byte(`{"type":"ping"}`)) // a frame that is not a cmb
+
+	want := map[string]int64{
+		"bad-signature": 2, "wrong-group": 1, "key-conflict": 1, "address-mismatch": 1,
+		"too-large": 1, "bad-frame": 1, "handshake-key-mismatch": 1,
+	}
+	defer func() { t.Logf("victim rejections: %v, stats %+v", victim.n.Counters.Rejected(), victim.m.Stats()) }()
+	eventually(t, 10*time.Second, "every forgery rejected and counted", func() bool {
+		got := victim.n.Counters.Rejected()
+		for reason, n := range want {
+			if got[reason] < n {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("victim rejections: %v", victim.n.Counters.Rejected())
+	if victim.n.Counters.KeyConflicts.Load() < 1 {
+		t.Error("the conflicting author key was not counted as a key conflict")
+	}
+	for _, k := range forged {
+		if victim.has(k) {
+			t.Errorf("victim stored forged record %s", k)
+		}
+	}
+
+	// A spy that subscribes to the topic without handshaking gets nothing.
+	spy := newRogue(t)
+	spy.dial(honest) // the publisher: flood publishing must skip it
+	spy.joinTopic("alpha")
+	eventually(t, 10*time.Second, "the spy's subscription reaches the victim", func() bool {
+		return len(spy.ps.ListPeers(group.Topic("alpha"))) > 0
+	})
+	time.Sleep(1500 * time.Millisecond) // a GossipSub heartbeat, in which the spy could be grafted
+
+	// Honest traffic still flows, and so does the rogue's own valid record.
+	key := honest.remember("still flowing", nil, "")
+	eventually(t, 10*time.Second, "victim stores honest traffic after the attack", func() bool { return victim.has(key) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if msg, err := spy.sub.Next(ctx); err == nil {
+		t.Errorf("an unhandshaken subscriber received %d bytes from %s", len(msg.GetData()), msg.ReceivedFrom)
+	}
+	cancel()
+	valid := r.build("the rogue's own valid record", "alpha", r.id.NodeID)
+	r.publish(frameOf(t, valid, rogueKey))
+	eventually(t, 10*time.Second, "a valid record from the rogue member is accepted", func() bool { return victim.has(valid.Key) })
+	for _, k := range forged {
+		if victim.has(k) || honest.has(k) {
+			t.Errorf("forged record %s stored after all", k)
+		}
+	}
+}
+
+func flip(s string) string {
+	b := []byte(s)
+	if b[10] == 'A' {
+		b[10] = 'B'
+	} else {
+		b[10] = 'A'
+	}
+	return string(b)
+}
