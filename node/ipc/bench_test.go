@@ -1,0 +1,58 @@
+package ipc
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkRememberRoundTrip is one client remembering in a loop: the
+// latency an agent sees, durability (an fsync'd commit) included.
+func BenchmarkRememberRoundTrip(b *testing.B) {
+	ts := startServer(b, nil)
+	c := dialClient(b, ts.path)
+	ctx := ctxT(b)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if _, err := c.Remember(ctx, RememberArgs{Fields: map[string]any{"focus": fmt.Sprint("round trip ", i)}}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkRememberSustained is sixteen clients remembering at once, each
+// on its own connection: the rate the node sustains when commits are shared.
+func BenchmarkRememberSustained(b *testing.B) {
+	ts := startServer(b, nil)
+	ctx := ctxT(b)
+	var seq atomic.Int64
+	b.SetParallelism(8) // 8 × GOMAXPROCS clients
+	t0 := time.Now()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := Dial(ctx, ts.path)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		for pb.Next() {
+			if _, err := c.Remember(ctx, RememberArgs{Fields: map[string]any{"focus": fmt.Sprint("sustained ", seq.Add(1))}}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "remembers/s")
+}
