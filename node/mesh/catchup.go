@@ -39,6 +39,9 @@ var errStop = errors.New("stop")
 // catchUpLoop reconciles with every peer each CatchUpInterval and refreshes
 // their view of our peers.
 func (m *Mesh) catchUpLoop(ctx context.Context) {
+	if m.cfg.CatchUpInterval < 0 {
+		return
+	}
 	t := time.NewTicker(m.cfg.CatchUpInterval)
 	defer t.Stop()
 	for {
@@ -81,6 +84,9 @@ func (m *Mesh) CatchUpNow(ctx context.Context) {
 
 // catchUpPeer runs one reconciliation with pid unless one is running.
 func (m *Mesh) catchUpPeer(ctx context.Context, pid peer.ID, why string) {
+	if m.cfg.CatchUpInterval < 0 {
+		return
+	}
 	m.mu.Lock()
 	ps, ok := m.peers[pid]
 	m.mu.Unlock()

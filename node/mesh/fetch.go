@@ -24,6 +24,8 @@ const (
 	maxPending     = 100_000   // parents waiting to be fetched
 	maxFetchDepth  = 1024      // hops a parent fetch recurses before leaving the rest to catch-up
 	firstFetchWait = 300 * time.Millisecond
+	// pendingFetchTimeout bounds one parent fetch from one peer.
+	pendingFetchTimeout = 5 * time.Second
 )
 
 // ---- serving ----
@@ -354,7 +356,10 @@ func (p *pending) round(ctx context.Context) {
 	}
 	if len(keys) > 0 {
 		for _, ss := range p.m.sessions(due[0].hint) {
-			got, _, _, err := p.m.fetchFrom(ctx, ss, keys, viaFetch, due[0].depth)
+			// A peer that does not answer must not hold up the others.
+			fctx, cancel := context.WithTimeout(ctx, pendingFetchTimeout)
+			got, _, _, err := p.m.fetchFrom(fctx, ss, keys, viaFetch, due[0].depth)
+			cancel()
 			if err != nil && ctx.Err() != nil {
 				return
 			}

@@ -19,9 +19,12 @@ type member struct {
 	t    testing.TB
 	home string
 	grp  string
+	id   string
 	n    *node.Node
 	m    *mesh.Mesh
 	tune func(*mesh.Config)
+	// prep runs on the opened node before its mesh starts.
+	prep func(*node.Node)
 }
 
 func logger(t testing.TB) *slog.Logger {
@@ -56,6 +59,9 @@ func (mb *member) start(peers []*member) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if mb.prep != nil {
+		mb.prep(n)
+	}
 	cfg := mesh.Config{
 		Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: logger(t),
 		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second,
@@ -74,7 +80,7 @@ func (mb *member) start(peers []*member) {
 		t.Fatal(err)
 	}
 	n.AttachMesh(m)
-	mb.n, mb.m = n, m
+	mb.n, mb.m, mb.id = n, m, id.NodeID
 }
 
 // stop detaches and closes the mesh, then the node; safe to call twice.
@@ -92,7 +98,7 @@ func (mb *member) stop() {
 	mb.m, mb.n = nil, nil
 }
 
-func (mb *member) nodeID() string { return mb.n.Identity().NodeID }
+func (mb *member) nodeID() string { return mb.id }
 
 // remember authors a record on mb.
 func (mb *member) remember(focus string, parents []string, to string) string {

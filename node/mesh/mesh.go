@@ -76,7 +76,8 @@ type Config struct {
 	// HeartbeatInterval and HeartbeatTimeout are MMP's 5 s / 15 s.
 	HeartbeatInterval, HeartbeatTimeout time.Duration
 	// CatchUpInterval is how often each peer is reconciled after the first
-	// reconciliation on connect (default 60 s).
+	// reconciliation on connect (default 60 s). Negative turns catch-up off
+	// entirely (tests that isolate the fetch path); never do that in a daemon.
 	CatchUpInterval time.Duration
 	// PublishRate (records/s) and PublishBurst pace Publish: a burst beyond
 	// them waits instead of overrunning GossipSub queues (default 4000/s,
@@ -106,7 +107,9 @@ func (c *Config) defaults() {
 	setDur(&c.HandshakeTimeout, 10*time.Second)
 	setDur(&c.HeartbeatInterval, 5*time.Second)
 	setDur(&c.HeartbeatTimeout, 15*time.Second)
-	setDur(&c.CatchUpInterval, 60*time.Second)
+	if c.CatchUpInterval == 0 {
+		c.CatchUpInterval = 60 * time.Second
+	}
 	setDur(&c.RetryMax, 60*time.Second)
 	if c.PublishRate <= 0 {
 		c.PublishRate = 4000
