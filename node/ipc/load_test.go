@@ -234,3 +234,38 @@ func TestServeDrainsOnStop(t *testing.T) {
 	}
 	<-c.Done()
 }
+
+// A listener that goes away is forgotten at once, not at the next event.
+func TestDepartedListenerIsForgotten(t *testing.T) {
+	ts := startServer(t, nil)
+	for range 5 {
+		r := dialRaw(t, ts.path)
+		wantResult(t, r.call(`{"type":"listen"}`), "listen")
+		r.c.Close()
+	}
+	waitFor(t, "departed listeners to be forgotten", func() bool {
+		return ts.node.Events().Subscribers() == 0 && ts.srv.Stats().Clients == 0
+	})
+}
+
+// A one-shot client that sends and then shuts its sending side (what
+// `nc -N` and socat do at the end of stdin) still gets every reply.
+func TestHalfCloseGetsReplies(t *testing.T) {
+	ts := startServer(t, nil)
+	r := dialRaw(t, ts.path)
+	r.sendRaw([]byte(`{"type":"remember","id":1,"fields":{"focus":"one shot"}}` + "\n" + `{"type":"status","id":2}` + "\n"))
+	if err := r.c.(*net.UnixConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[any]string{}
+	for range 2 {
+		m := r.recv()
+		got[m["id"]] = m["action"].(string)
+	}
+	if got[float64(1)] != "remember" || got[float64(2)] != "status" {
+		t.Fatalf("replies after half-close: %v", got)
+	}
+	if _, err := r.tryRecv(30 * time.Second); err == nil {
+		t.Fatal("connection not closed after the replies")
+	}
+}

@@ -341,16 +341,11 @@ func (c *conn) serve() {
 	defer c.srv.forget(c)
 	go c.writer()
 	c.readLoop()
-	// Finish what was asked, then let the writer flush the replies.
+	// Finish what was asked, then let the writer flush the replies. A
+	// client's EOF ends the connection, listener or not: a closed socket
+	// and a half-closed one look the same from here until a write fails,
+	// and keeping gone listeners until then would let them pile up.
 	c.inflight.Wait()
-	if c.subscribed() && !c.stopRead.Load() {
-		// A listener that closed its sending side still reads events:
-		// keep it until a write fails or the server stops.
-		select {
-		case <-c.dead:
-		case <-c.srv.stopping:
-		}
-	}
 	c.closeSub()
 	close(c.readDone)
 	select {
