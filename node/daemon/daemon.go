@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -190,6 +191,9 @@ func Run(ctx context.Context, opts Options) error {
 	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so})
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
+		if pid == 0 {
+			pid = lockHolder(node.StoreDir(home))
+		}
 		return &RunningError{Home: home, Socket: sock, PID: pid, Err: err}
 	}
 	if err != nil {
@@ -365,6 +369,20 @@ func retain(ctx context.Context, n *node.Node, retention time.Duration, log *slo
 		case <-t.C:
 		}
 	}
+}
+
+// lockHolder reads the pid badger writes into its directory lock file, to
+// name the holder when its socket is gone; 0 if unknown.
+func lockHolder(storeDir string) int {
+	b, err := os.ReadFile(filepath.Join(storeDir, "LOCK"))
+	if err != nil || len(b) > 32 {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 // NewLogger builds the stderr logger: text, or JSON; level debug, info,

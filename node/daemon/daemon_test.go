@@ -156,8 +156,8 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 	// With its socket file gone, the store lock still refuses.
 	os.Remove(SocketPath(home))
 	err = Run(context.Background(), Options{Home: home, Stderr: io.Discard})
-	if !errors.As(err, &re) || !strings.Contains(err.Error(), home) {
-		t.Fatalf("second daemon without the socket: %v", err)
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), home) || re.PID != os.Getpid() {
+		t.Fatalf("second daemon without the socket: %v; want the home and pid %d (from the store's lock)", err, os.Getpid())
 	}
 }
 
@@ -340,5 +340,33 @@ func TestFailingHookStopsStartCleanly(t *testing.T) {
 	d := start(t, home, Options{})
 	if _, err := client(t, d.socket).Status(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRetentionPurgesAtStart(t *testing.T) {
+	home := t.TempDir()
+	d := start(t, home, Options{})
+	ctx := context.Background()
+	old, err := client(t, d.socket).Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "short-lived"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.shutdown(t)
+	time.Sleep(5 * time.Millisecond) // so the record is older than the retention below
+	keep := time.Millisecond
+	d = start(t, home, Options{Overrides: Overrides{Retention: &keep}})
+	c := client(t, d.socket)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := c.Get(ctx, old.Key)
+		var e *ipc.Error
+		if errors.As(err, &e) && e.Code == ipc.CodeNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record older than the retention was not purged: %v\n%s", err, d.logs)
+		}
+	}
+	if !strings.Contains(d.logs.String(), "retention purge") {
+		t.Fatalf("purge not logged:\n%s", d.logs)
 	}
 }

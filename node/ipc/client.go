@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"cmbnode/node"
@@ -46,10 +47,12 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("connect to %s: %w", path, err)
+		// No file, or a file nobody accepts on (left by a crash): no daemon.
+		// Anything else, say a permission problem, is reported as itself.
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w at %s: %v", ErrNoDaemon, path, err)
 		}
-		return nil, fmt.Errorf("%w at %s: %v", ErrNoDaemon, path, err)
+		return nil, fmt.Errorf("connect to daemon at %s: %w", path, err)
 	}
 	c := &Client{
 		nc: nc, path: path, pending: map[string]chan reply{},

@@ -440,3 +440,15 @@ func TestDialWithoutDaemon(t *testing.T) {
 		t.Fatalf("Dial with no daemon: %v", err)
 	}
 }
+
+func TestDialAStaleSocketIsNoDaemon(t *testing.T) {
+	path := t.TempDir() + "/daemon.sock"
+	ln, err := netListenUnixNoUnlink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	if _, err := Dial(context.Background(), path); !errors.Is(err, ErrNoDaemon) {
+		t.Fatalf("Dial of a stale socket: %v", err)
+	}
+}
