@@ -24,7 +24,7 @@ import (
 // recovered by catch-up.
 const (
 	validateQueue = 8192  // messages waiting for a validator goroutine
-	validateConc  = 256   // validators running at once (each may touch the store)
+	validateConc  = 4096  // validations in flight; beyond, GossipSub drops ("validation throttled")
 	outboundQueue = 8192  // per-peer RPCs waiting to be written
 	subBuffer     = 32768 // validated messages waiting for the subscription loop
 	acceptQueue   = 8192  // checked records waiting for a store worker
@@ -38,6 +38,7 @@ const (
 
 func (m *Mesh) startGossip() error {
 	topicName := group.Topic(m.group)
+	m.drops = &dropTracer{m: m, drops: map[string]int64{}}
 	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
 		// The CMB carries its own signature; the pubsub envelope carries none
 		// and names no author (DESIGN "Wire").
@@ -80,6 +81,7 @@ func (m *Mesh) startGossip() error {
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),
 		pubsub.WithLogger(m.log.With("component", "pubsub")),
+		pubsub.WithRawTracer(m.drops),
 	)
 	if err != nil {
 		return fmt.Errorf("start gossip: %w", err)

@@ -148,6 +148,7 @@ type Mesh struct {
 	mismatch map[peer.ID]time.Time // peers of another group: not re-dialled until then
 	dialing  map[peer.ID]bool
 
+	drops   *dropTracer
 	acceptQ chan *node.Checked
 	pending *pending
 	limit   *limiter

@@ -32,6 +32,8 @@ type Stats struct {
 	FetchesServed    int64 `json:"fetchesServed"`
 	DigestsServed    int64 `json:"digestsServed"`
 	CatchUpRounds    int64 `json:"catchUpRounds"`
+	// GossipDropped counts what GossipSub discarded, by reason.
+	GossipDropped map[string]int64 `json:"gossipDropped"`
 }
 
 // Stats returns the mesh's counters.
@@ -42,6 +44,7 @@ func (m *Mesh) Stats() Stats {
 		GroupMismatches: m.stats.groupMismatch.Load(), Published: m.stats.published.Load(),
 		GossipUnadmitted: m.stats.gossipUnadmitted.Load(), FetchesServed: m.stats.fetchServed.Load(),
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
+		GossipDropped: m.drops.snapshot(),
 	}
 }
 
@@ -60,4 +63,5 @@ func (m *Mesh) WriteMetrics(w *metrics.Writer) {
 	w.Counter("cmbnode_gossip_unadmitted_total", "Gossip from peers not handshaken into the group, ignored.", s.GossipUnadmitted)
 	w.Counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", s.FetchesServed)
 	w.Counter("cmbnode_catchup_rounds_total", "Catch-up reconciliations run.", s.CatchUpRounds)
+	w.Map("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", "counter", "reason", s.GossipDropped)
 }
