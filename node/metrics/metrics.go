@@ -5,12 +5,17 @@ package metrics
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"cmbnode/node"
 )
@@ -131,4 +136,46 @@ func escapeHelp(s string) string {
 
 func escapeLabel(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
+}
+
+// Server is a running metrics endpoint.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Serve listens on addr (e.g. "127.0.0.1:9464") and serves h at every path.
+// Close stops it and waits for the serving goroutine.
+func Serve(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	s := &Server{
+		srv: &http.Server{
+			Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+		},
+		ln: ln, done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && log != nil {
+			log.Error("metrics endpoint stopped", "addr", addr, "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address actually listened on (useful with port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close shuts the endpoint down, giving in-flight scrapes a moment.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return err
 }
