@@ -21,7 +21,11 @@ func (l *listFlag) Set(v string) error {
 // mesh (node/mesh), the CGP engine and its HTTP binding (node/cgp) and the
 // metrics endpoint. A hook left nil is a feature this build lacks; the
 // daemon runs without it and says so in its log.
-func daemonHooks() daemon.Hooks { return daemon.Hooks{} }
+func daemonHooks() daemon.Hooks {
+	var h daemon.Hooks
+	cgpHooks(&h)
+	return h
+}
 
 func cmdDaemon(e *env, args []string) error {
 	fs := newFlags(e, "daemon", "daemon [--home DIR] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--log-json] [--log-level L]")
