@@ -42,8 +42,6 @@ func (m *Mesh) onConnected(_ network.Network, c network.Conn) {
 	})
 }
 
-func (m *Mesh) onDisconnected(network.Network, network.Conn) {}
-
 func (m *Mesh) openSession(ctx context.Context, pid peer.ID) {
 	m.mu.Lock()
 	if m.dialing[pid] {

@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	m.h = h
 	h.SetStreamHandler(ProtocolID, m.handleStream)
-	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected, DisconnectedF: m.onDisconnected})
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected})
 
 	if err := m.startGossip(); err != nil {
 		m.Close()
