@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -142,11 +141,13 @@ func (m *Mesh) fetchFrom(ctx context.Context, ss *session, keys []string, via st
 		}
 		recs := make([]*cmb.Record, 0, len(res.Records))
 		keysOf := map[*cmb.Record]fetchedRecord{}
+		returned := map[string]bool{} // answered, whether or not we accept it
 		for _, fr := range res.Records {
 			rec, err := cmb.Decode(fr.CMB)
 			if err != nil || !asked[rec.Key] {
 				continue // unasked or undecodable: a miss, never a command
 			}
+			returned[rec.Key] = true
 			recs = append(recs, rec)
 			keysOf[rec] = fr
 		}
@@ -190,7 +191,7 @@ func (m *Mesh) fetchFrom(ctx context.Context, ss *session, keys []string, via st
 		// answer; ask again for them.
 		var rest []string
 		for _, k := range batch {
-			if !done[k] && !slices.Contains(res.Missing, k) && !m.rejectedKey(res, k) {
+			if !done[k] && !returned[k] && !slices.Contains(res.Missing, k) {
 				rest = append(rest, k)
 			}
 		}
@@ -200,20 +201,6 @@ func (m *Mesh) fetchFrom(ctx context.Context, ss *session, keys []string, via st
 		keys = append(rest, keys[len(batch):]...)
 	}
 	return got, missing, newCount, nil
-}
-
-// rejectedKey reports whether the peer returned a record under k that we
-// refused: asking again would return the same record.
-func (m *Mesh) rejectedKey(res *recordsResp, k string) bool {
-	for _, fr := range res.Records {
-		var head struct {
-			Key string `json:"key"`
-		}
-		if json.Unmarshal(fr.CMB, &head) == nil && head.Key == k {
-			return true
-		}
-	}
-	return false
 }
 
 // ingest checks and stores one record obtained by fetch or catch-up. ok is
