@@ -132,6 +132,19 @@ func cmdStatus(e *env, args []string) error {
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
 	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", s.c.Path(), st.SocketClients)
+	c := st.Counters
+	fmt.Fprintf(tw, "authored\t%d\n", c.Authored)
+	fmt.Fprintf(tw, "received\t%d (accepted %d, duplicates %d, relayed %d, fetched %d, caught up %d)\n",
+		c.Received, c.Accepted, c.Duplicates, c.Relayed, c.Fetched, c.CaughtUp)
+	rej := fmt.Sprint(c.RejectedAll)
+	if c.RejectedAll > 0 {
+		parts := make([]string, 0, len(c.Rejected))
+		for _, r := range c.RejectReasons() {
+			parts = append(parts, fmt.Sprintf("%s %d", r, c.Rejected[r]))
+		}
+		rej += " (" + strings.Join(parts, ", ") + ")"
+	}
+	fmt.Fprintf(tw, "rejected\t%s\n", rej)
 	return tw.Flush()
 }
 

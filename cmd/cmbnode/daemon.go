@@ -24,6 +24,7 @@ func (l *listFlag) Set(v string) error {
 func daemonHooks() daemon.Hooks {
 	var h daemon.Hooks
 	cgpHooks(&h)
+	meshHooks(&h)
 	return h
 }
 
