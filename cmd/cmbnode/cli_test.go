@@ -184,7 +184,7 @@ func TestDaemonLifecycle(t *testing.T) {
 		t.Fatalf("socket left after SIGTERM: %v", err)
 	}
 	logs := d.logs.String()
-	for _, want := range []string{`"msg":"ready"`, `"msg":"stopped"`, `cgp_http is set but nothing is served`} {
+	for _, want := range []string{`"msg":"ready"`, `"msg":"stopped"`, `"msg":"CGP HTTP binding ready"`, `"msg":"mesh started"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s:\n%s", want, logs)
 		}

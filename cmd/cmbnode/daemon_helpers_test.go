@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,8 +95,18 @@ func startDaemon(tb testing.TB, home string, args ...string) *daemonProc {
 	return d
 }
 
+// testNetArgs keeps test daemons on loopback with mDNS off: tests send
+// nothing beyond 127.0.0.1 (no multicast), whatever the defaults are.
+func testNetArgs(args []string) []string {
+	out := []string{"--no-mdns"}
+	if !slices.Contains(args, "--listen") {
+		out = append(out, "--listen", "/ip4/127.0.0.1/tcp/0")
+	}
+	return append(out, args...)
+}
+
 func spawnDaemon(tb testing.TB, home string, args ...string) (*daemonProc, error) {
-	cmd := exec.Command(binary(tb), append([]string{"daemon", "--home", home}, args...)...)
+	cmd := exec.Command(binary(tb), append([]string{"daemon", "--home", home}, testNetArgs(args)...)...)
 	cmd.Env = append(os.Environ(), "CMBNODE_HOME=")
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}

@@ -17,7 +17,7 @@ func meshHooks(h *daemon.Hooks) {
 	var m *mesh.Mesh
 	h.StartMesh = func(ctx context.Context, env daemon.Env) (io.Closer, error) {
 		var err error
-		m, err = mesh.StartAttached(ctx, env.Node, env.Config, env.Logger.With("component", "mesh"))
+		m, err = mesh.StartAttached(ctx, env.Node, env.Config, env.Logger)
 		if err != nil {
 			return nil, err
 		}
