@@ -99,15 +99,9 @@ field counts as "neutral" (MMP §14 A1).`)
 // leave out so the offline tools work on hand-written records: key, createdBy,
 // createdAt may be absent, fields may be strings, missing fields are neutral.
 func readInput(e *env, defaults map[string]any) (*cmb.Record, error) {
-	data, err := io.ReadAll(io.LimitReader(e.stdin, maxStdinSize+1))
+	data, err := readStdin(e)
 	if err != nil {
-		return nil, fmt.Errorf("read record from stdin: %w", err)
-	}
-	if len(data) > maxStdinSize {
-		return nil, usagef("record on stdin is over %d bytes", maxStdinSize)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, usagef("no record on stdin: pipe one CMB JSON object in")
+		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
@@ -206,13 +200,9 @@ func cmbSign(e *env, args []string) error {
 		}
 		priv = k
 	} else {
-		h, err := resolveHome(*home)
+		id, err := loadIdentity(*home, "pass --key-file")
 		if err != nil {
 			return err
-		}
-		id, err := identity.Load(h)
-		if err != nil {
-			return fmt.Errorf("load identity: %w (run 'cmbnode init' or pass --key-file)", err)
 		}
 		priv, author = id.Ed25519, id.NodeID
 	}
@@ -290,6 +280,19 @@ func cmbVerify(e *env, args []string) error {
 
 // readRecord reads a record exactly as given (no author conveniences).
 func readRecord(e *env) (*cmb.Record, error) {
+	data, err := readStdin(e)
+	if err != nil {
+		return nil, err
+	}
+	r, err := cmb.Decode(data)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return r, nil
+}
+
+// readStdin reads the one record a tool works on, bounded in size.
+func readStdin(e *env) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(e.stdin, maxStdinSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read record from stdin: %w", err)
@@ -297,11 +300,25 @@ func readRecord(e *env) (*cmb.Record, error) {
 	if len(data) > maxStdinSize {
 		return nil, usagef("record on stdin is over %d bytes", maxStdinSize)
 	}
-	r, err := cmb.Decode(bytes.TrimSpace(data))
-	if err != nil {
-		return nil, usagef("%v", err)
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, usagef("no record on stdin: pipe one CMB JSON object in")
 	}
-	return r, nil
+	return data, nil
+}
+
+// loadIdentity loads the node identity of a home for a tool that can also
+// take its key by flag (named in alt).
+func loadIdentity(home, alt string) (*identity.Identity, error) {
+	h, err := resolveHome(home)
+	if err != nil {
+		return nil, err
+	}
+	id, err := identity.Load(h)
+	if err != nil {
+		return nil, fmt.Errorf("load identity: %w (run 'cmbnode init', or %s)", err, alt)
+	}
+	return id, nil
 }
 
 func boxFrom(ownPriv, peerPub string) (*e2e.Box, error) {
@@ -339,13 +356,9 @@ func cmbSeal(e *env, args []string) error {
 		}
 		own = k
 	} else {
-		h, err := resolveHome(*home)
+		id, err := loadIdentity(*home, "pass --x25519-key")
 		if err != nil {
 			return err
-		}
-		id, err := identity.Load(h)
-		if err != nil {
-			return fmt.Errorf("load identity for the sender's X25519 key: %w (or pass --x25519-key)", err)
 		}
 		own = id.X25519
 	}
