@@ -98,12 +98,9 @@ func decodeFieldsMember(r *Record, raw json.RawMessage) error {
 // DecodeFields parses a `fields` object: all seven members required, each an
 // object with a string `text`. Members beyond the seven are returned as extra.
 func DecodeFields(raw []byte) (*Fields, Members, error) {
-	var obj map[string]json.RawMessage
-	if !isKind(raw, '{') {
-		return nil, nil, typeError("fields", "an object")
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, nil, newError(ReasonBadRecord, "fields", err)
+	obj, err := decodeObject(raw, "fields", "an object")
+	if err != nil {
+		return nil, nil, err
 	}
 	var f Fields
 	for i, name := range FieldNames {
@@ -129,18 +126,14 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 
 func decodeField(f *Field, raw json.RawMessage, name string) error {
 	path := "fields." + name
-	if !isKind(raw, '{') {
-		return typeError(path, "an object with a text member")
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return newError(ReasonBadRecord, path, err)
+	obj, err := decodeObject(raw, path, "an object with a text member")
+	if err != nil {
+		return err
 	}
 	t, ok := obj["text"]
 	if !ok {
 		return newError(ReasonBadRecord, path+".text is missing", nil)
 	}
-	var err error
 	for k, v := range obj {
 		switch {
 		case k == "text":
@@ -182,15 +175,11 @@ func decodeLineage(raw json.RawMessage) (*Lineage, error) {
 	if string(raw) == "null" {
 		return nil, nil
 	}
-	if !isKind(raw, '{') {
-		return nil, typeError("lineage", "an object or null")
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, newError(ReasonBadRecord, "lineage", err)
+	obj, err := decodeObject(raw, "lineage", "an object or null")
+	if err != nil {
+		return nil, err
 	}
 	l := &Lineage{}
-	var err error
 	for k, v := range obj {
 		switch k {
 		case "parents":
@@ -214,15 +203,11 @@ func decodeLineage(raw json.RawMessage) (*Lineage, error) {
 }
 
 func decodeE2E(raw json.RawMessage) (*E2E, error) {
-	if !isKind(raw, '{') {
-		return nil, typeError("_e2e", "an object")
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, newError(ReasonBadRecord, "_e2e", err)
+	obj, err := decodeObject(raw, "_e2e", "an object")
+	if err != nil {
+		return nil, err
 	}
 	e := &E2E{}
-	var err error
 	for k, v := range obj {
 		if k == "nonce" {
 			e.Nonce, err = decodeString(v, "_e2e.nonce")
@@ -235,6 +220,19 @@ func decodeE2E(raw json.RawMessage) (*E2E, error) {
 	}
 	sortMembers(e.Extra)
 	return e, nil
+}
+
+// decodeObject parses a JSON object member, naming path and what was wanted
+// when it is something else.
+func decodeObject(raw json.RawMessage, path, want string) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if !isKind(raw, '{') {
+		return nil, typeError(path, want)
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, newError(ReasonBadRecord, path, err)
+	}
+	return obj, nil
 }
 
 func decodeStrings(raw json.RawMessage, path string) ([]string, error) {
