@@ -58,8 +58,8 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (Peer, error) {
 		p.LastSeen = now
 	}
 	var out Peer
-	j := newJob(ctx, 512, func(txn *badger.Txn) (func(), error) {
-		cur, found, err := readPeer(txn, p.NodeID)
+	j := newJob(ctx, 512, func(t *wtx) (func(), error) {
+		cur, found, err := readPeerTx(t, p.NodeID)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,8 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (Peer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, txn.Set(peerKey(p.NodeID), v)
+		t.set(peerKey(p.NodeID), v)
+		return nil, nil
 	})
 	errs, err := s.submit(ctx, []*job{j})
 	if err == nil {
@@ -116,6 +117,18 @@ func readPeer(txn *badger.Txn, id string) (Peer, bool, error) {
 	var p Peer
 	err = it.Value(func(v []byte) error { return json.Unmarshal(v, &p) })
 	if err != nil {
+		return Peer{}, false, fmt.Errorf("%w: peer %s: %v", ErrCorrupted, id, err)
+	}
+	return p, true, nil
+}
+
+func readPeerTx(t *wtx, id string) (Peer, bool, error) {
+	v, found, err := t.get(peerKey(id))
+	if err != nil || !found {
+		return Peer{}, false, err
+	}
+	var p Peer
+	if err := json.Unmarshal(v, &p); err != nil {
 		return Peer{}, false, fmt.Errorf("%w: peer %s: %v", ErrCorrupted, id, err)
 	}
 	return p, true, nil
@@ -172,8 +185,9 @@ func (s *Store) Peers(ctx context.Context) ([]Peer, error) {
 // DeletePeer forgets a peer, so its next sighting pins afresh. It is the
 // deliberate, operator-driven way out of a KeyConflictError.
 func (s *Store) DeletePeer(ctx context.Context, nodeID string) error {
-	j := newJob(ctx, 64, func(txn *badger.Txn) (func(), error) {
-		return nil, txn.Delete(peerKey(nodeID))
+	j := newJob(ctx, 64, func(t *wtx) (func(), error) {
+		t.del(peerKey(nodeID))
+		return nil, nil
 	})
 	errs, err := s.submit(ctx, []*job{j})
 	if err == nil {

@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // PurgeResult reports what a purge did.
@@ -129,40 +126,27 @@ func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, e
 // it is kept or some stored record still references it (a descendant may
 // have arrived since the purge looked).
 func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
-	return newJob(ctx, 1024, func(txn *badger.Txn) (func(), error) {
-		it, err := txn.Get(recKey(key))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil, nil
-		}
+	return newJob(ctx, 1024, func(t *wtx) (func(), error) {
+		v, found, err := t.get(recKey(key))
 		if err != nil {
 			return nil, err
 		}
-		var rec Record
-		if err := it.Value(func(v []byte) error {
-			var derr error
-			rec, derr = decodeRecord(key, v, false)
-			return derr
-		}); err != nil {
+		if !found {
+			return nil, nil
+		}
+		rec, err := decodeRecord(key, v, false)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 		}
 		if rec.Meta.Kept {
 			return nil, nil
 		}
-		prefix := edgePrefix(pRefBy, key)
-		iter := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		iter.Rewind()
-		referenced := iter.Valid()
-		iter.Close()
-		if referenced {
+		if t.hasPrefix(edgePrefix(pRefBy, key)) {
 			return nil, nil
 		}
-		if err := txn.Delete(recKey(key)); err != nil {
-			return nil, err
-		}
+		t.del(recKey(key))
 		for _, k := range indexKeys(&rec.Entry) {
-			if err := txn.Delete(k); err != nil {
-				return nil, err
-			}
+			t.del(k)
 		}
 		*deleted = true
 		terms := analyze(rec.Texts)

@@ -270,17 +270,13 @@ func (s *Store) edges(ctx context.Context, p byte, key string) ([]string, error)
 // MarkKept sets or clears the Kept flag, which exempts a record from
 // age-based purge (spec §6.3 Canon tier).
 func (s *Store) MarkKept(ctx context.Context, key string, kept bool) error {
-	j := newJob(ctx, 256, func(txn *badger.Txn) (func(), error) {
-		it, err := txn.Get(recKey(key))
-		if errors.Is(err, badger.ErrKeyNotFound) {
+	j := newJob(ctx, 256, func(t *wtx) (func(), error) {
+		v, found, err := t.get(recKey(key))
+		if err != nil {
+			return nil, err
+		}
+		if !found {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
-		}
-		if err != nil {
-			return nil, err
-		}
-		v, err := it.ValueCopy(nil)
-		if err != nil {
-			return nil, err
 		}
 		if len(v) < 2 {
 			return nil, fmt.Errorf("%w: record %s too short", ErrCorrupted, key)
@@ -290,7 +286,8 @@ func (s *Store) MarkKept(ctx context.Context, key string, kept bool) error {
 		} else {
 			v[1] &^= flKept
 		}
-		return nil, txn.Set(recKey(key), v)
+		t.set(recKey(key), v)
+		return nil, nil
 	})
 	errs, err := s.submit(ctx, []*job{j})
 	if err == nil {

@@ -106,11 +106,13 @@ type Store struct {
 	// so Check can observe records and the in-memory index at one instant.
 	writeMu sync.Mutex
 
-	// preparing counts puts being encoded, not yet queued; the writer
-	// lingers for them. batches/batched measure how well commits are shared.
-	preparing atomic.Int64
-	batches   atomic.Int64
-	batched   atomic.Int64
+	// wal is written only by the syncer goroutine (and Open/Close).
+	wal *wal
+	// failed is set once a log write, sync or badger apply failed.
+	failed atomic.Pointer[error]
+	// batches/batched measure how well commits are shared.
+	batches atomic.Int64
+	batched atomic.Int64
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -143,10 +145,11 @@ func Open(dir string, opts Options) (*Store, error) {
 
 	bo := badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{opts.Logger}).
-		// Acknowledged means durable: every commit syncs the WAL. Concurrent
-		// puts share commits through the writer goroutine, so this costs one
-		// sync per batch rather than per record.
-		WithSyncWrites(true).
+		// Acknowledged means durable, but not through badger's own syncs
+		// (two msyncs per commit, one of them a journal commit): every batch
+		// is first made durable in the store's write-ahead log (wal.go), and
+		// badger is synced only at checkpoints.
+		WithSyncWrites(false).
 		// Only the writer goroutine writes, so conflict tracking is wasted work.
 		WithDetectConflicts(false).
 		WithCompression(options.ZSTD).
@@ -177,6 +180,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := s.recover(); err != nil {
+		db.Close()
+		return nil, classifyOpenErr(dir, opts.Home, err)
+	}
 	if err := s.load(context.Background()); err != nil {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading records: %w", err))
@@ -200,6 +207,36 @@ func classifyOpenErr(dir, home string, err error) error {
 		return fmt.Errorf("%w: opening %s (home %s) failed; restore from a peer or move the directory aside: %v",
 			ErrCorrupted, dir, home, err)
 	}
+}
+
+// recover applies the write-ahead log's frames again (writes acknowledged
+// since the last checkpoint, which badger may have lost with the page
+// cache), makes badger durable and starts the log afresh.
+func (s *Store) recover() error {
+	w, frames, err := openWAL(s.dir)
+	if err != nil {
+		return err
+	}
+	for i, p := range frames {
+		ops, err := decodeOps(p)
+		if err == nil {
+			err = applyOps(s.db, ops)
+		}
+		if err != nil {
+			w.close()
+			return fmt.Errorf("%w: replaying write-ahead log frame %d: %v", ErrCorrupted, i, err)
+		}
+	}
+	if err := syncBadger(s.db, s.dir); err != nil {
+		w.close()
+		return err
+	}
+	if err := w.reset(); err != nil {
+		w.close()
+		return err
+	}
+	s.wal = w
+	return nil
 }
 
 func (s *Store) checkFormat() error {
@@ -259,9 +296,18 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.closing)
 		<-s.wdone
+		// Only once badger is durable may the log forget its frames.
+		serr := syncBadger(s.db, s.dir)
 		if cerr := s.db.Close(); cerr != nil {
 			err = fmt.Errorf("closing store %s: %w", s.dir, cerr)
 		}
+		if serr == nil && err == nil && s.broken() == nil {
+			serr = s.wal.shrink()
+		}
+		if serr != nil && err == nil {
+			err = fmt.Errorf("closing store %s: %w", s.dir, serr)
+		}
+		s.wal.close()
 	})
 	return err
 }

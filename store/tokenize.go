@@ -151,24 +151,46 @@ const neutralText = "neutral"
 
 func analyze(texts [NumFields]string) docTerms {
 	var d docTerms
+	d.terms = make([]fieldTerm, 0, 16*NumFields)
+	var counts map[string]int // term → index in d.terms, for long fields only
 	for f, t := range texts {
 		if t == neutralText {
 			// The protocol's placeholder for an unfilled field says nothing
 			// about the record and would only dilute the field's statistics.
 			continue
 		}
-		counts := map[string]uint32{}
-		var order []string
-		tokenize(t, func(tok string) {
-			if counts[tok] == 0 {
-				order = append(order, tok)
-			}
-			counts[tok]++
-			d.lens[f]++
-		})
-		for _, tok := range order {
-			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: counts[tok]})
+		first := len(d.terms)
+		if counts != nil {
+			clear(counts)
 		}
+		tokenize(t, func(tok string) {
+			d.lens[f]++
+			// Fields are short: a scan over this field's distinct terms is
+			// cheaper than a map until there are dozens of them.
+			if counts == nil && len(d.terms)-first <= 32 {
+				for i := first; i < len(d.terms); i++ {
+					if d.terms[i].term == tok {
+						d.terms[i].tf++
+						return
+					}
+				}
+			} else {
+				if counts == nil {
+					counts = make(map[string]int, 64)
+				}
+				if len(counts) == 0 {
+					for i := first; i < len(d.terms); i++ {
+						counts[d.terms[i].term] = i
+					}
+				}
+				if i, ok := counts[tok]; ok {
+					d.terms[i].tf++
+					return
+				}
+				counts[tok] = len(d.terms)
+			}
+			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: 1})
+		})
 	}
 	return d
 }

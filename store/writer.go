@@ -4,137 +4,375 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// A job is one unit of mutation run by the writer goroutine. Jobs queued
-// while a commit is in flight are applied together in the next transaction,
-// so N concurrent writers share one WAL sync (group commit).
+// A job is one unit of mutation run by the writer goroutine.
 //
-// apply must decide on a job-level error before it writes anything: a job
-// that fails leaves the shared transaction untouched. The returned after
-// runs once the transaction is durable, still under writeMu.
+// The write path is a two-stage pipeline. The writer goroutine applies jobs
+// to the batch being built: a job reads through a wtx, which sees badger
+// plus every write of batches not yet in badger, and records its writes.
+// The syncer goroutine takes one finished batch at a time, writes it to the
+// write-ahead log as one frame, fdatasyncs, applies it to badger, runs the
+// jobs' after functions and only then acknowledges them. While one batch
+// syncs the writer fills the next with whatever arrives meanwhile, so the
+// number of puts sharing a sync adapts to the load without waiting on a
+// timer, and a batch's sync overlaps the work of preparing the next.
+//
+// apply must decide on a job-level error before it writes anything; should
+// it fail anyway, its writes are rolled back. The returned after runs once
+// the batch is durable and in badger, under writeMu.
 type job struct {
 	ctx   context.Context
 	size  int
-	apply func(txn *badger.Txn) (after func(), err error)
+	apply func(t *wtx) (after func(), err error)
 	done  chan error
 }
 
 // maxBatchBytes keeps a batch well inside badger's per-transaction limit
-// (15% of the memtable size).
+// (15% of the memtable size) and one log frame small.
 const maxBatchBytes = 1 << 20
 
-// maxLinger bounds how long a commit waits for puts still being prepared.
-const maxLinger = 200 * time.Microsecond
+type batch struct {
+	seq    uint64
+	jobs   []*job
+	errs   []error
+	afters []func()
+	ops    []walOp
+	size   int
+}
+
+// ovEntry is the latest write to a key by a batch not yet in badger.
+type ovEntry struct {
+	seq uint64
+	val []byte
+	del bool
+}
+
+type undo struct {
+	key  string
+	prev ovEntry
+	had  bool
+}
+
+// writerState is owned by the writer goroutine.
+type writerState struct {
+	s    *Store
+	ov   map[string]ovEntry
+	rtxn *badger.Txn // read view of badger; renewed after each applied batch
+	seq  uint64
+	undo []undo
+}
+
+// wtx is what a job sees while it is applied.
+type wtx struct {
+	w *writerState
+	b *batch
+}
+
+// get returns a copy of key's current value.
+func (t *wtx) get(key []byte) ([]byte, bool, error) {
+	if e, ok := t.w.ov[string(key)]; ok {
+		if e.del {
+			return nil, false, nil
+		}
+		return append([]byte(nil), e.val...), true, nil
+	}
+	it, err := t.w.view().Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	v, err := it.ValueCopy(nil)
+	return v, err == nil, err
+}
+
+// hasPrefix reports whether any live key starts with prefix.
+func (t *wtx) hasPrefix(prefix []byte) bool {
+	for k, e := range t.w.ov {
+		if !e.del && strings.HasPrefix(k, string(prefix)) {
+			return true
+		}
+	}
+	it := t.w.view().NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		if e, ok := t.w.ov[string(it.Item().Key())]; ok && e.del {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// set and del take ownership of key and val.
+func (t *wtx) set(key, val []byte) { t.put(walOp{key: key, val: val}) }
+func (t *wtx) del(key []byte)      { t.put(walOp{key: key, del: true}) }
+
+func (t *wtx) put(op walOp) {
+	k := string(op.key)
+	prev, had := t.w.ov[k]
+	t.w.undo = append(t.w.undo, undo{key: k, prev: prev, had: had})
+	t.w.ov[k] = ovEntry{seq: t.b.seq, val: op.val, del: op.del}
+	t.b.ops = append(t.b.ops, op)
+	t.b.size += len(op.key) + len(op.val) + 16
+}
+
+func (w *writerState) view() *badger.Txn {
+	if w.rtxn == nil {
+		w.rtxn = w.s.db.NewTransaction(false)
+	}
+	return w.rtxn
+}
+
+// add applies one job to cur (a new batch if nil) and returns the batch.
+func (w *writerState) add(cur *batch, j *job) *batch {
+	if cur == nil {
+		w.seq++
+		cur = &batch{seq: w.seq}
+	}
+	cur.jobs = append(cur.jobs, j)
+	var after func()
+	err := j.ctx.Err() // nobody waits for it any more: not writing it is the honest outcome
+	if err == nil {
+		err = w.s.broken()
+	}
+	if err == nil {
+		mark := len(cur.ops)
+		w.undo = w.undo[:0]
+		after, err = j.apply(&wtx{w: w, b: cur})
+		if err != nil {
+			for i := len(w.undo) - 1; i >= 0; i-- {
+				u := w.undo[i]
+				if u.had {
+					w.ov[u.key] = u.prev
+				} else {
+					delete(w.ov, u.key)
+				}
+			}
+			cur.ops = cur.ops[:mark]
+			after = nil
+		}
+	}
+	cur.errs = append(cur.errs, err)
+	cur.afters = append(cur.afters, after)
+	return cur
+}
+
+// applied forgets the overlay entries of a batch now in badger.
+func (w *writerState) applied(b *batch) {
+	for _, op := range b.ops {
+		if e, ok := w.ov[string(op.key)]; ok && e.seq == b.seq {
+			delete(w.ov, string(op.key))
+		}
+	}
+	if w.rtxn != nil {
+		w.rtxn.Discard()
+		w.rtxn = nil
+	}
+}
 
 func (s *Store) writer() {
 	defer close(s.wdone)
-	batch := make([]*job, 0, s.opts.MaxBatch)
+	w := &writerState{s: s, ov: map[string]ovEntry{}}
+	defer func() {
+		if w.rtxn != nil {
+			w.rtxn.Discard()
+		}
+	}()
+	toSync := make(chan *batch, 1)
+	synced := make(chan *batch, 1)
+	syncerDone := make(chan struct{})
+	go s.syncer(toSync, synced, syncerDone)
+	defer func() {
+		close(toSync)
+		<-syncerDone
+	}()
+	var cur *batch
+	inflight := false
+	closing := s.closing
 	for {
-		batch = batch[:0]
+		if cur != nil && !inflight {
+			toSync <- cur
+			cur, inflight = nil, true
+		}
+		if closing == nil && cur == nil && !inflight {
+			return
+		}
+		jobs := s.jobs
+		if closing == nil || cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes) {
+			jobs = nil
+		}
 		select {
-		case j := <-s.jobs:
-			batch = append(batch, j)
-		case <-s.closing:
+		case j := <-jobs:
+			cur = w.add(cur, j)
+		case b := <-synced:
+			inflight = false
+			w.applied(b)
+		case <-closing:
+			closing = nil
 			for {
 				select {
 				case j := <-s.jobs:
-					batch = append(batch, j)
+					cur = w.add(cur, j)
 					continue
 				default:
 				}
 				break
 			}
-			if len(batch) > 0 {
-				s.runBatch(batch)
-			}
-			return
 		}
-		size := batch[0].size
-		var linger *time.Timer
-	fill:
-		for len(batch) < s.opts.MaxBatch && size < maxBatchBytes {
-			select {
-			case j := <-s.jobs:
-				batch = append(batch, j)
-				size += j.size
-				continue
-			default:
+	}
+}
+
+// syncer makes each batch durable, applies it to badger and acknowledges it.
+func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
+	defer close(done)
+	var payload []byte
+	for b := range in {
+		if len(b.ops) > 0 {
+			payload = payload[:0]
+			for _, op := range b.ops {
+				payload = appendOp(payload, op)
 			}
-			// Callers still encoding a put will want this commit too; waiting
-			// a moment for them is far cheaper than a sync of their own.
-			if s.preparing.Load() == 0 {
-				break
+			err := s.broken()
+			if err == nil {
+				err = s.wal.append(payload)
 			}
-			if linger == nil {
-				linger = time.NewTimer(maxLinger)
+			if err == nil {
+				err = s.wal.sync()
 			}
-			select {
-			case j := <-s.jobs:
-				batch = append(batch, j)
-				size += j.size
-			case <-linger.C:
-				break fill
+			if err == nil {
+				err = s.applyLocked(b)
 			}
-		}
-		if linger != nil {
-			linger.Stop()
+			if err == nil && s.wal.off >= walCheckpoint {
+				err = s.checkpoint()
+			}
+			if err != nil {
+				s.breakWith(err)
+				for i := range b.errs {
+					if b.errs[i] == nil {
+						b.errs[i] = fmt.Errorf("committing to store: %w", err)
+					}
+				}
+			}
 		}
 		s.batches.Add(1)
-		s.batched.Add(int64(len(batch)))
-		s.runBatch(batch)
+		s.batched.Add(int64(len(b.jobs)))
+		for i, j := range b.jobs {
+			j.done <- b.errs[i]
+		}
+		out <- b
 	}
 }
 
-func (s *Store) runBatch(batch []*job) {
+// applyLocked writes a durable batch into badger and runs its afters.
+func (s *Store) applyLocked(b *batch) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	s.runBatchLocked(batch)
+	if err := applyOps(s.db, b.ops); err != nil {
+		return err
+	}
+	for _, a := range b.afters {
+		if a != nil {
+			a()
+		}
+	}
+	return nil
 }
 
-func (s *Store) runBatchLocked(batch []*job) {
-	txn := s.db.NewTransaction(true)
-	afters := make([]func(), len(batch))
-	errs := make([]error, len(batch))
-	for i, j := range batch {
-		if err := j.ctx.Err(); err != nil {
-			// Nobody waits for it any more; not writing it is the honest outcome.
-			errs[i] = err
-			continue
-		}
-		after, err := j.apply(txn)
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			txn.Discard()
-			if len(batch) == 1 {
-				j.done <- fmt.Errorf("writing: a single record exceeds the transaction limit: %w", err)
-				return
+// applyOps writes ops to badger in order, splitting transactions that grow
+// too big (the log frame, not the transaction, is the unit of atomicity).
+func applyOps(db *badger.DB, ops []walOp) error {
+	txn := db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	for _, op := range ops {
+		var err error
+		for try := 0; try < 2; try++ {
+			if op.del {
+				err = txn.Delete(op.key)
+			} else {
+				err = txn.Set(op.key, op.val)
 			}
-			for _, one := range batch {
-				s.runBatchLocked([]*job{one})
+			if !errors.Is(err, badger.ErrTxnTooBig) {
+				break
 			}
-			return
+			if err = txn.Commit(); err != nil {
+				return fmt.Errorf("writing to badger: %w", err)
+			}
+			txn = db.NewTransaction(true)
 		}
-		afters[i], errs[i] = after, err
+		if err != nil {
+			return fmt.Errorf("writing to badger: %w", err)
+		}
 	}
 	if err := txn.Commit(); err != nil {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("committing to store: %w", err)
-			}
+		return fmt.Errorf("writing to badger: %w", err)
+	}
+	return nil
+}
+
+// checkpoint makes everything badger holds durable, after which the log's
+// frames are no longer needed.
+func (s *Store) checkpoint() error {
+	if err := syncBadger(s.db, s.dir); err != nil {
+		return err
+	}
+	return s.wal.reset()
+}
+
+// syncBadger makes every write badger has accepted durable: its active
+// memtable log and value log through db.Sync, and the logs of memtables
+// rotated but not yet flushed to tables (which db.Sync leaves alone) by
+// fsyncing every log file in the directory. Tables and the manifest are
+// synced by badger itself when written.
+func syncBadger(db *badger.DB, dir string) error {
+	if err := db.Sync(); err != nil {
+		return fmt.Errorf("syncing badger: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("syncing badger: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".mem") && !strings.HasSuffix(name, ".vlog") {
+			continue
 		}
-	} else {
-		for _, a := range afters {
-			if a != nil {
-				a()
-			}
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // flushed and removed meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("syncing badger: %w", err)
+		}
+		err = fdatasync(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("syncing badger %s: %w", name, err)
 		}
 	}
-	for i, j := range batch {
-		j.done <- errs[i]
+	return syncDir(dir)
+}
+
+func (s *Store) broken() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
 	}
+	return nil
+}
+
+// breakWith stops all further writes: after a failed log write or sync the
+// state of the file is unknown, and retrying could acknowledge lost data.
+func (s *Store) breakWith(err error) {
+	err = fmt.Errorf("store refuses writes after an earlier failure: %w", err)
+	s.failed.CompareAndSwap(nil, &err)
 }
 
 // submit queues jobs and waits until each has been committed or failed,
@@ -170,7 +408,7 @@ func (s *Store) submit(ctx context.Context, jobs []*job) ([]error, error) {
 	return errs, nil
 }
 
-func newJob(ctx context.Context, size int, apply func(txn *badger.Txn) (func(), error)) *job {
+func newJob(ctx context.Context, size int, apply func(t *wtx) (func(), error)) *job {
 	return &job{ctx: ctx, size: size, apply: apply, done: make(chan error, 1)}
 }
 
@@ -206,13 +444,6 @@ func (s *Store) Put(ctx context.Context, e Entry, m Meta) (Record, bool, error) 
 // some items may or may not have been stored; per-item failures are in the
 // results.
 func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) {
-	s.preparing.Add(1)
-	prepared := false
-	defer func() {
-		if !prepared {
-			s.preparing.Add(-1)
-		}
-	}()
 	res := make([]PutResult, len(items))
 	jobs := make([]*job, 0, len(items))
 	idx := make([]int, 0, len(items))
@@ -239,31 +470,23 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		for _, k := range ikeys {
 			size += len(k) + 16
 		}
-		jobs = append(jobs, newJob(ctx, size, func(txn *badger.Txn) (func(), error) {
+		jobs = append(jobs, newJob(ctx, size, func(t *wtx) (func(), error) {
 			rk := recKey(rec.Key)
-			it, err := txn.Get(rk)
-			switch {
-			case err == nil:
-				err = it.Value(func(v []byte) error {
-					var derr error
-					r.Record, derr = decodeRecord(rec.Key, v, true)
-					return derr
-				})
+			v, found, err := t.get(rk)
+			if err != nil {
+				return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
+			}
+			if found {
+				r.Record, err = decodeRecord(rec.Key, v, true)
 				if err != nil {
 					return nil, fmt.Errorf("%w: decoding stored %s: %v", ErrCorrupted, rec.Key, err)
 				}
 				r.Duplicate = true
 				return nil, nil
-			case !errors.Is(err, badger.ErrKeyNotFound):
-				return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
 			}
-			if err := txn.Set(rk, val); err != nil {
-				return nil, err
-			}
+			t.set(rk, val)
 			for _, k := range ikeys {
-				if err := txn.Set(k, nil); err != nil {
-					return nil, err
-				}
+				t.set(k, nil)
 			}
 			r.Record = rec
 			return func() {
@@ -273,8 +496,6 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		}))
 		idx = append(idx, i)
 	}
-	s.preparing.Add(-1)
-	prepared = true
 	errs, err := s.submit(ctx, jobs)
 	if err != nil {
 		// Results may still be written by the writer; never hand them out.
