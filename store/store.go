@@ -108,6 +108,10 @@ type Store struct {
 
 	// wal is written only by the syncer goroutine (and Open/Close).
 	wal *wal
+	// lostBadgerWrites makes the syncer log and acknowledge batches without
+	// applying them to badger: tests use it to stand for a power loss that
+	// took badger's unsynced pages, which replay must restore.
+	lostBadgerWrites bool
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
 	// batches/batched measure how well commits are shared.

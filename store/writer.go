@@ -276,6 +276,9 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 func (s *Store) applyLocked(b *batch) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	if s.lostBadgerWrites {
+		return nil
+	}
 	if err := applyOps(s.db, b.ops); err != nil {
 		return err
 	}
