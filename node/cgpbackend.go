@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +76,9 @@ func (b CGPBackend) newest(ctx context.Context) (time.Time, error) {
 	return time.UnixMilli(kt[0].CreatedAt), nil
 }
 
-// Get returns one held record as the engine's view.
+// Get returns one held record as the engine's view. The store is read every
+// time (the record may have been purged, its stored time is local); what is
+// derived from the record's bytes alone comes from the node's cache.
 func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, error) {
 	r, err := b.n.st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -83,57 +87,110 @@ func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, erro
 	if err != nil {
 		return cgp.Record{}, false, fmt.Errorf("read %s: %w", key, err)
 	}
-	rec, err := cmb.Decode(r.Raw)
-	if err != nil {
-		return cgp.Record{}, false, fmt.Errorf("stored record %s does not decode: %w", key, err)
+	sum := sha256.Sum256(r.Raw)
+	d, ok := b.n.digests.get(key, &sum)
+	if !ok {
+		if d, err = decodeForCGP(r.Raw); err != nil {
+			return cgp.Record{}, false, fmt.Errorf("stored record %s does not decode: %w", key, err)
+		}
+		d.sum = sum
+		b.n.digests.put(key, d)
 	}
-	name := ""
-	if strings.EqualFold(rec.CreatedBy, b.n.id.NodeID) {
-		name = b.n.id.Name
-	} else if p, err := b.n.st.GetPeer(ctx, strings.ToLower(rec.CreatedBy)); err == nil {
-		name = p.Name
+	out := d.rec
+	// Callers own what they get: nothing shared with the cache.
+	out.Parents = slices.Clone(d.rec.Parents)
+	out.Fields.Valence, out.Fields.Arousal = clonePtr(d.rec.Fields.Valence), clonePtr(d.rec.Fields.Arousal)
+	if strings.EqualFold(out.CreatedBy, b.n.id.NodeID) {
+		out.AuthorName = b.n.id.Name
+	} else if p, err := b.n.st.GetPeer(ctx, strings.ToLower(out.CreatedBy)); err == nil {
+		out.AuthorName = p.Name
+	}
+	out.StoredAt, out.Raw, out.RawDigest = r.Meta.StoredAt, r.Raw, d.digest
+	return out, true, nil
+}
+
+// decodeForCGP decodes a stored record and computes its provenance digest:
+// the two costly steps of Get, which depend on the bytes alone.
+func decodeForCGP(raw []byte) (*decodedRecord, error) {
+	rec, err := cmb.Decode(raw)
+	if err != nil {
+		return nil, err
 	}
 	f := &rec.Fields
-	return cgp.Record{
-		Key: rec.Key, Group: rec.Group, CreatedBy: rec.CreatedBy, AuthorName: name,
-		CreatedAt: time.UnixMilli(rec.CreatedAt), StoredAt: r.Meta.StoredAt,
+	d := &decodedRecord{rec: cgp.Record{
+		Key: rec.Key, Group: rec.Group, CreatedBy: rec.CreatedBy, CreatedAt: time.UnixMilli(rec.CreatedAt),
 		Fields: cgp.Fields{
 			Focus: f[cmb.Focus].Text, Issue: f[cmb.Issue].Text, Intent: f[cmb.Intent].Text,
 			Motivation: f[cmb.Motivation].Text, Commitment: f[cmb.Commitment].Text,
 			Perspective: f[cmb.Perspective].Text, Mood: f[cmb.Mood].Text,
 			Valence: f[cmb.Mood].Valence, Arousal: f[cmb.Mood].Arousal,
 		},
-		Parents: rec.Parents(), Raw: r.Raw, RawDigest: b.n.digests.get(key, r.Raw),
-	}, true, nil
-}
-
-// digestCache remembers provenance digests: a key's bytes never change, and
-// JCS-canonicalising a record on every query is the dominant rendering cost.
-type digestCache struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-const maxDigests = 100_000 // ~10 MB; cleared wholesale when full
-
-func (c *digestCache) get(key string, raw []byte) string {
-	c.mu.Lock()
-	d, ok := c.m[key]
-	c.mu.Unlock()
-	if ok {
-		return d
+		Parents: rec.Parents(),
+	}}
+	if p := cgp.RecordDigest(raw); p != nil {
+		d.digest = *p
 	}
-	p := cgp.RecordDigest(raw)
+	return d, nil
+}
+
+func clonePtr[T any](p *T) *T {
 	if p == nil {
-		return ""
+		return nil
 	}
+	v := *p
+	return &v
+}
+
+// decodedRecord is what Get derives from a record's bytes: the decoded
+// view (without the node-local author name, stored time and raw bytes) and
+// the provenance digest, which JCS-canonicalises the record.
+type decodedRecord struct {
+	sum    [sha256.Size]byte // SHA-256 of the bytes it was derived from
+	rec    cgp.Record
+	digest string
+}
+
+// digestCache remembers decoded records and their provenance digests by
+// key. Decoding and canonicalising dominated a query's cost, and a query
+// gets the same records repeatedly (hits, their threads and relations). An
+// entry is used only for the very bytes it was made from (by SHA-256), so a
+// key purged and later stored again with other bytes is decoded afresh.
+// Two generations bound it: when the current one fills it becomes the old
+// one, and entries found there move back to the current one.
+type digestCache struct {
+	mu       sync.Mutex
+	cur, old map[string]*decodedRecord
+}
+
+const maxDecoded = 8192 // per generation, ~1 KB each
+
+func (c *digestCache) get(key string, sum *[sha256.Size]byte) (*decodedRecord, bool) {
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxDigests {
-		c.m = make(map[string]string)
+	defer c.mu.Unlock()
+	d, ok := c.cur[key]
+	if !ok {
+		if d, ok = c.old[key]; ok && d.sum == *sum {
+			delete(c.old, key)
+			c.putLocked(key, d)
+		}
 	}
-	c.m[key] = *p
+	if !ok || d.sum != *sum {
+		return nil, false
+	}
+	return d, true
+}
+
+func (c *digestCache) put(key string, d *decodedRecord) {
+	c.mu.Lock()
+	c.putLocked(key, d)
 	c.mu.Unlock()
-	return *p
+}
+
+func (c *digestCache) putLocked(key string, d *decodedRecord) {
+	if c.cur == nil || len(c.cur) >= maxDecoded {
+		c.old, c.cur = c.cur, make(map[string]*decodedRecord, 1024)
+	}
+	c.cur[key] = d
 }
 
 // Children lists held records naming key as a parent.
