@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,48 +87,82 @@ func (c *corpus) record(i int, at int64) Entry {
 	return e
 }
 
+// BenchmarkPut1KB measures durable puts of ~1 KB records by synchronous
+// writers: each waits for its acknowledgement before the next put.
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			s, err := Open(b.TempDir(), Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			c := newCorpus(1)
-			entries := make([]Entry, b.N)
-			for i := range entries {
-				entries[i] = c.record(i, testBase+int64(i))
-			}
-			var next atomic.Int64
-			ctx := context.Background()
-			b.SetBytes(int64(len(entries[0].Raw)))
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := int(next.Add(1)) - 1
-						if i >= len(entries) {
-							return
-						}
-						if _, _, err := s.Put(ctx, entries[i], Meta{}); err != nil {
-							b.Error(err)
-							return
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
+	}
+}
+
+// BenchmarkPut1KBPipelined measures the same durable puts when each of 8
+// writers keeps several in flight, as the mesh receiver (one Put per
+// validated record, thousands of validations in flight) and busy agents do:
+// inflight=8 is 8 concurrent Put calls per writer, batch=16 is PutMany of 16.
+func BenchmarkPut1KBPipelined(b *testing.B) {
+	b.Run("writers=8/inflight=8", func(b *testing.B) { benchPut(b, 8, 8, 1) })
+	b.Run("writers=8/batch=16", func(b *testing.B) { benchPut(b, 8, 1, 16) })
+}
+
+func benchPut(b *testing.B, writers, inflight, batch int) {
+	s, err := Open(b.TempDir(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c := newCorpus(1)
+	entries := make([]Entry, b.N)
+	for i := range entries {
+		entries[i] = c.record(i, testBase+int64(i))
+	}
+	var next atomic.Int64
+	ctx := context.Background()
+	b.SetBytes(int64(len(entries[0].Raw)))
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	var wg sync.WaitGroup
+	for range writers * inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items := make([]Item, 0, batch)
+			for {
+				i := int(next.Add(int64(batch))) - batch
+				if i >= len(entries) {
+					return
+				}
+				if batch == 1 {
+					if _, _, err := s.Put(ctx, entries[i], Meta{}); err != nil {
+						b.Error(err)
+						return
+					}
+					continue
+				}
+				items = items[:0]
+				for _, e := range entries[i:min(i+batch, len(entries))] {
+					items = append(items, Item{Entry: e})
+				}
+				res, err := s.PutMany(ctx, items)
+				if err == nil {
+					for _, r := range res {
+						if r.Err != nil {
+							err = r.Err
 						}
 					}
-				}()
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
 			}
-			wg.Wait()
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "puts/s")
-			st, _ := s.Stats(ctx)
-			b.ReportMetric(float64(st.CommittedJobs)/float64(max(st.Commits, 1)), "puts/commit")
-		})
+		}()
 	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "puts/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/put")
+	st, _ := s.Stats(ctx)
+	b.ReportMetric(float64(st.CommittedJobs)/float64(max(st.Commits, 1)), "puts/commit")
 }
 
 // BenchmarkStore100k loads 100,000 1 KB records, then measures disk use per
@@ -206,6 +241,15 @@ func BenchmarkStore100k(b *testing.B) {
 		}
 		reportPercentiles(b, lat)
 	})
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {
