@@ -150,6 +150,11 @@ func TestSearchPruningIsExact(t *testing.T) {
 		if i%7 == 0 {
 			o.AsOf = time.UnixMilli(testBase + 1500*1000)
 		}
+		// Half the queries take BM25's tf factor from the table.
+		s.idx.tableMin = partTableMin
+		if i%2 == 0 {
+			s.idx.tableMin = 0
+		}
 		pruned, _ := s.Search(ctx, q, o)
 		s.idx.exhaustive = true
 		full, _ := s.Search(ctx, q, o)

@@ -28,6 +28,9 @@ type textIndex struct {
 	scratch sync.Pool // *scoreScratch
 	// exhaustive disables MaxScore pruning; tests compare both paths.
 	exhaustive bool
+	// tableMin is how many postings a query must have before BM25's tf
+	// factor comes from a table (partTableMin; tests vary it).
+	tableMin int
 }
 
 // A posting packs doc<<32 | field<<29 | tf<<17 | fieldLen. Carrying the
@@ -62,13 +65,39 @@ type docInfo struct {
 type scoreScratch struct {
 	score   []float64
 	touched []uint32
+	live    []uint32
+	cands   []uint32
+	tab     partTable
+}
+
+// partTable holds BM25's term-frequency factor for tf < partTF and field
+// length < partLen, per field; queries over long lists fill it once.
+const (
+	partTF       = 8
+	partLen      = 64
+	partTableMin = 20000 // postings in a query before the table pays off
+)
+
+type partTable [NumFields][partTF][partLen]float64
+
+func (x *textIndex) partTab(sc *scoreScratch, part func(f int, tf, fl uint32) float64) *partTable {
+	t := &sc.tab
+	for f := range t {
+		for tf := range t[f] {
+			for fl := range t[f][tf] {
+				t[f][tf][fl] = part(f, uint32(tf), uint32(fl))
+			}
+		}
+	}
+	return t
 }
 
 func newTextIndex() *textIndex {
 	return &textIndex{
-		terms:  map[string]*postingList{},
-		byKey:  map[string]uint32{},
-		groups: map[string]string{},
+		terms:    map[string]*postingList{},
+		byKey:    map[string]uint32{},
+		groups:   map[string]string{},
+		tableMin: partTableMin,
 	}
 }
 
@@ -329,6 +358,17 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 	// the current k-th best, they only add to documents already found,
 	// which costs a galloping search per candidate instead of a pass over
 	// a list that may hold most of the corpus.
+	var norm [NumFields]float64
+	for f := range norm {
+		norm[f] = k1 * b / avg[f]
+	}
+	// part is BM25's term-frequency factor of one posting; score = wi·part.
+	// Long lists read it from a per-query table for the common small tf and
+	// field lengths instead of dividing for every posting.
+	part := func(f int, tf, fl uint32) float64 {
+		t := float64(tf)
+		return t * (k1 + 1) / (t + k1*(1-b) + norm[f]*float64(fl))
+	}
 	type qterm struct {
 		post []uint64
 		wi   [NumFields]float64 // field weight × idf
@@ -358,21 +398,24 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 	for i := len(qs) - 1; i >= 0; i-- {
 		rest[i] = rest[i+1] + qs[i].ub
 	}
-	var norm [NumFields]float64
-	for f := range norm {
-		norm[f] = k1 * b / avg[f]
+	var tab *partTable
+	total := 0
+	for i := range qs {
+		total += len(qs[i].post)
 	}
-	score := func(q *qterm, p uint64) float64 {
-		_, f, tfi, fl := unpackPosting(p)
-		tf := float64(tfi)
-		return q.wi[f] * tf * (k1 + 1) / (tf + k1*(1-b) + norm[f]*float64(fl))
+	if total >= x.tableMin {
+		tab = x.partTab(sc, part)
 	}
 	i := 0
+	var kth float64
 	for ; i < len(qs); i++ {
 		// The k-th best text score so far bounds the final k-th best from
 		// below (recency only adds), so comparing with it is safe.
-		if !x.exhaustive && i > 0 && len(sc.touched) >= o.Limit && rest[i]+rw < x.kth(sc, o.Limit) {
-			break
+		if !x.exhaustive && i > 0 && len(sc.touched) >= o.Limit {
+			kth = x.kth(sc.score, sc.touched, o.Limit)
+			if rest[i]+rw < kth {
+				break
+			}
 		}
 		// The hot loop: written out so nothing here is a closure call.
 		q := &qs[i]
@@ -388,45 +431,75 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 			if scores[id] == 0 {
 				touched = append(touched, id)
 			}
-			tf := float64((p >> 17) & tfMax)
-			scores[id] += w * tf * (k1 + 1) / (tf + k1*(1-b) + norm[f]*float64(p&lenMax))
+			tf, fl := uint32(p>>17)&tfMax, uint32(p)&lenMax
+			if tab != nil && tf < partTF && fl < partLen {
+				scores[id] += w * tab[f][tf][fl]
+			} else {
+				scores[id] += w * part(int(f), tf, fl)
+			}
 		}
 		sc.touched = touched
 	}
+	cands := sc.touched
 	if i < len(qs) {
-		cands := slices.Clone(sc.touched)
-		slices.Sort(cands)
+		// The remaining terms only add to documents already found. A
+		// candidate that cannot reach the k-th best even with every
+		// remaining term at its maximum (and full recency) is out for
+		// good; the survivors are usually few enough to look up by
+		// binary search instead of passing over the long lists.
+		live := sc.live[:0]
+		sorted := false
 		for ; i < len(qs); i++ {
+			live = live[:0]
+			for _, id := range cands {
+				if sc.score[id]+rest[i]+rw >= kth {
+					live = append(live, id)
+				}
+			}
+			cands = live
 			q := &qs[i]
 			if len(cands)*16 > len(q.post) {
 				// Too many candidates for searching to beat one pass.
 				for _, p := range q.post {
 					id := uint32(p >> 32)
-					if sc.score[id] != 0 && q.wi[(p>>29)&7] != 0 {
-						sc.score[id] += score(q, p)
+					f := (p >> 29) & 7
+					if sc.score[id] != 0 && q.wi[f] != 0 {
+						sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
 					}
 				}
-				continue
-			}
-			post := q.post
-			for _, id := range cands {
-				// First posting of doc id at or after the current position.
-				k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
-					return cmp.Compare(uint32(p>>32), id)
-				})
-				post = post[k:]
-				for len(post) > 0 && uint32(post[0]>>32) == id {
-					if q.wi[(post[0]>>29)&7] != 0 {
-						sc.score[id] += score(q, post[0])
+			} else {
+				if !sorted {
+					slices.Sort(cands)
+					sorted = true
+				}
+				post := q.post
+				for _, id := range cands {
+					// First posting of doc id at or after the current position.
+					k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
+						return cmp.Compare(uint32(p>>32), id)
+					})
+					post = post[k:]
+					for len(post) > 0 && uint32(post[0]>>32) == id {
+						p := post[0]
+						if f := (p >> 29) & 7; q.wi[f] != 0 {
+							sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
+						}
+						post = post[1:]
 					}
-					post = post[1:]
 				}
 			}
+			if len(cands) >= o.Limit {
+				kth = max(kth, x.kth(sc.score, cands, o.Limit))
+			}
+			// Copy the survivors out of live: the next filter rewrites it.
+			sc.cands = append(sc.cands[:0], cands...)
+			cands = sc.cands
 		}
+		sc.live = live
 	}
 
 	h := hitHeap{}
-	for _, id := range sc.touched {
+	for _, id := range cands {
 		// A document that cannot beat the worst kept hit even with the
 		// largest possible recency is skipped before paying for exp2.
 		if len(h) == o.Limit && sc.score[id]+rw < h[0].Score {
@@ -447,12 +520,12 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 	return out
 }
 
-// kth is the k-th best text score so far among the documents touched;
-// only ever called with at least k of them.
-func (x *textIndex) kth(sc *scoreScratch, k int) float64 {
+// kth is the k-th best text score among ids; only ever called with at
+// least k of them.
+func (x *textIndex) kth(score []float64, ids []uint32, k int) float64 {
 	h := make(floatHeap, 0, k)
-	for _, id := range sc.touched {
-		v := sc.score[id]
+	for _, id := range ids {
+		v := score[id]
 		if len(h) < k {
 			heap.Push(&h, v)
 		} else if v > h[0] {
