@@ -312,15 +312,22 @@ func (s *Store) applyLocked(b *batch) error {
 	if s.lostBadgerWrites {
 		return nil
 	}
-	if err := applyOps(s.db, b.ops); err != nil {
-		return err
-	}
-	for _, a := range b.afters {
-		if a != nil {
-			a()
+	// The batch is durable: badger and the in-memory index take it at the
+	// same time (under writeMu, so Check never sees one without the other).
+	// Should badger fail, the index may show writes badger lacks; the store
+	// then refuses further writes, and the log restores them at Open.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, a := range b.afters {
+			if a != nil {
+				a()
+			}
 		}
-	}
-	return nil
+	}()
+	err := applyOps(s.db, b.ops)
+	<-done
+	return err
 }
 
 // applyOps writes ops to badger in order, splitting transactions that grow
