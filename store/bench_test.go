@@ -89,6 +89,32 @@ func (c *corpus) record(i int, at int64) Entry {
 
 // BenchmarkPut1KB measures durable puts of ~1 KB records by synchronous
 // writers: each waits for its acknowledgement before the next put.
+//
+// What bounds it, measured on the 2-core VM this was tuned on (ext4, virtio
+// disk with a write-back cache and no FUA, so every sync is write + flush):
+//
+//   - one fdatasync of a few KB into preallocated space: 170-230 µs wall
+//     and ~100-120 µs of system CPU (measured alone with a write+fdatasync
+//     loop); the store's log frame costs exactly one per commit;
+//   - applying a durable batch: badger memtable ~50-60 µs, text index
+//     ~15 µs per record, the two overlapped: ~60-100 µs per batch of 8;
+//   - everything else per put (encode, tokenise, badger flush/compaction,
+//     GC): ~55-65 µs of CPU, which BenchmarkPut1KBPipelined shows when
+//     commits are large (the CPU ceiling on 2 cores is ~30,000 puts/s).
+//
+// One synchronous writer therefore waits ~190 + ~80 µs per put, plus its
+// own work: ~3,300 puts/s. Eight share one commit (~8 puts/commit; the
+// idle syncer waits up to 200 µs for writers just acknowledged), but they
+// cannot prepare their next puts while they wait for this one, so a cycle
+// is sync (~190) + apply (~90) + eight writers waking and preparing on two
+// cores (~300, scheduler wake-ups included) ≈ 600-650 µs per 8 puts, i.e.
+// 12,000-13,500 puts/s on a quiet machine. The alternative, two groups of
+// four overlapping each other's sync, pays twice the fdatasyncs (each
+// ~100 µs of CPU) and measured lower (8,700-10,000 puts/s). Even with no
+// work at all between commits, 8 puts per sync + apply (~280 µs) is
+// ~28,000/s, and the preparation cannot be hidden for synchronous writers:
+// 20,000 puts/s with 8 of them is out of reach on this disk and CPU. Writers
+// that keep several puts in flight reach it (see BenchmarkPut1KBPipelined).
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
