@@ -108,6 +108,9 @@ type Store struct {
 
 	// wal is written only by the syncer goroutine (and Open/Close).
 	wal *wal
+	// walLimit is the log size that triggers a checkpoint (walCheckpoint;
+	// tests lower it).
+	walLimit int64
 	// lostBadgerWrites makes the syncer log and acknowledge batches without
 	// applying them to badger: tests use it to stand for a power loss that
 	// took badger's unsynced pages, which replay must restore.
@@ -177,13 +180,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:      db,
-		dir:     dir,
-		opts:    opts,
-		jobs:    make(chan *job, 4096),
-		closing: make(chan struct{}),
-		wdone:   make(chan struct{}),
-		idx:     newTextIndex(),
+		db:       db,
+		dir:      dir,
+		opts:     opts,
+		jobs:     make(chan *job, 4096),
+		closing:  make(chan struct{}),
+		wdone:    make(chan struct{}),
+		idx:      newTextIndex(),
+		walLimit: walCheckpoint,
 	}
 	if err := s.checkFormat(); err != nil {
 		db.Close()

@@ -139,3 +139,47 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestWALCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := openTest(t, dir)
+	s.walLimit = 16 << 10
+	epoch := s.wal.epoch
+	var keys []string
+	for i := range 300 {
+		e := mkEntry(fmt.Sprintf("cp-%d", i), int64(1000+i), fmt.Sprintf("checkpointed text %d", i))
+		if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.Key)
+	}
+	if s.wal.epoch < epoch+5 {
+		t.Fatalf("expected several checkpoints, epoch went %d -> %d", epoch, s.wal.epoch)
+	}
+	// Writes since the last checkpoint exist only in the log (and no
+	// checkpoint may follow them: badger does not have them).
+	s.walLimit = 1 << 40
+	s.lostBadgerWrites = true
+	for i := range 5 {
+		e := mkEntry(fmt.Sprintf("tail-%d", i), int64(5000+i), "after the last checkpoint")
+		if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.Key)
+	}
+	crashWithoutBadger(t, s)
+	s = openTest(t, dir)
+	defer s.Close()
+	for _, k := range keys {
+		if _, err := s.Get(ctx, k); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	if s.Count() != len(keys) {
+		t.Fatalf("count %d, want %d", s.Count(), len(keys))
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

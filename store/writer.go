@@ -284,7 +284,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			if err == nil {
 				err = s.applyLocked(b)
 			}
-			if err == nil && s.wal.off >= walCheckpoint {
+			if err == nil && s.wal.off >= s.walLimit {
 				err = s.checkpoint()
 			}
 			if err != nil {
