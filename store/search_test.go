@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestTokenize(t *testing.T) {
@@ -25,6 +28,57 @@ func TestTokenize(t *testing.T) {
 	} {
 		if got := strings.Join(Tokenize(c.in), " "); got != c.want {
 			t.Errorf("Tokenize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// tokenizeRef is tokenize without its ASCII fast path.
+func tokenizeRef(text string) []string {
+	var out []string
+	s := foldNFC(text)
+	start := -1
+	var prev rune
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case isIdeo(r):
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+			out = append(out, s[i:i+n])
+		case isWordRune(r):
+			if start < 0 {
+				start = i
+			}
+		case start >= 0 && isMid(r, prev, s[i+n:]):
+		case start >= 0 && isFormat(r):
+		default:
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+		}
+		prev = r
+		i += n
+	}
+	if start >= 0 {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func TestTokenizeASCIIFastPath(t *testing.T) {
+	pieces := []string{"a", "Z", "7", "_", " ", "'", ".", ":", ",", ";", "-", "!", "é", "ß", "東", "\u200d", "\u00ad", "’", "٣", "x1", "A.B", "3,4", "\t"}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 20000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		in := b.String()
+		if got, want := Tokenize(in), tokenizeRef(in); !slices.Equal(got, want) {
+			t.Fatalf("Tokenize(%q) = %q, reference %q", in, got, want)
 		}
 	}
 }

@@ -32,6 +32,26 @@ func tokenize(text string, emit func(string)) {
 	start := -1
 	var prev rune
 	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			// ASCII: the same decisions as below without decoding, table
+			// lookups or the checks that only non-ASCII runes can pass.
+			r := rune(c)
+			switch {
+			case 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || 'A' <= c && c <= 'Z':
+				if start < 0 {
+					start = i
+				}
+			case start >= 0 && (c == '\'' || c == '.' || c == ':' || c == ',' || c == ';') && isMid(r, prev, s[i+1:]):
+			default:
+				if start >= 0 {
+					emit(s[start:i])
+					start = -1
+				}
+			}
+			prev = r
+			i++
+			continue
+		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case isIdeo(r):
