@@ -103,18 +103,20 @@ func (c *corpus) record(i int, at int64) Entry {
 //     commits are large (the CPU ceiling on 2 cores is ~30,000 puts/s).
 //
 // One synchronous writer therefore waits ~190 + ~80 µs per put, plus its
-// own work: ~3,300 puts/s. Eight share one commit (~8 puts/commit; the
+// own work: ~3,500 puts/s. Eight share one commit (~8 puts/commit; the
 // idle syncer waits up to 200 µs for writers just acknowledged), but they
 // cannot prepare their next puts while they wait for this one, so a cycle
 // is sync (~190) + apply (~90) + eight writers waking and preparing on two
-// cores (~300, scheduler wake-ups included) ≈ 600-650 µs per 8 puts, i.e.
-// 12,000-13,500 puts/s on a quiet machine. The alternative, two groups of
+// cores, scheduler wake-ups included (~250) ≈ 500-600 µs per 8 puts, i.e.
+// 13,000-15,700 puts/s on a quiet machine. The alternative, two groups of
 // four overlapping each other's sync, pays twice the fdatasyncs (each
-// ~100 µs of CPU) and measured lower (8,700-10,000 puts/s). Even with no
-// work at all between commits, 8 puts per sync + apply (~280 µs) is
-// ~28,000/s, and the preparation cannot be hidden for synchronous writers:
-// 20,000 puts/s with 8 of them is out of reach on this disk and CPU. Writers
-// that keep several puts in flight reach it (see BenchmarkPut1KBPipelined).
+// ~100 µs of CPU) and measured lower (8,700-10,000 puts/s). With the
+// fdatasync replaced by a no-op (an experiment, not durable) the same 8
+// writers reach only 18,000-22,100 puts/s: the part of the cycle that is
+// not the sync already costs ~350-450 µs per 8 puts, so with the ~190 µs sync
+// that cannot be hidden from synchronous writers, 20,000 puts/s with 8 of
+// them is out of reach on this disk and CPU. Writers that keep several
+// puts in flight reach it (see BenchmarkPut1KBPipelined).
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
