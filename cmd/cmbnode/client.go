@@ -56,6 +56,21 @@ func connect(e *env, homeFlag string) (*session, func(), error) {
 	return &session{c: c, ctx: ctx}, func() { c.Close(); cancel() }, nil
 }
 
+// request sends one argument-less request and returns the reply and the
+// socket it went to.
+func request(e *env, home, typ string) (json.RawMessage, string, error) {
+	s, done, err := connect(e, home)
+	if err != nil {
+		return nil, "", err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, typ, nil)
+	if err != nil {
+		return nil, "", daemonErr(err)
+	}
+	return raw, s.c.Path(), nil
+}
+
 // daemonErr renders an error reply as one line naming its code.
 func daemonErr(err error) error {
 	var e *ipc.Error
@@ -94,14 +109,9 @@ func cmdStatus(e *env, args []string) error {
 	if err := noArgs(rest); err != nil {
 		return err
 	}
-	s, done, err := connect(e, *home)
+	raw, sock, err := request(e, *home, ipc.TypeStatus)
 	if err != nil {
 		return err
-	}
-	defer done()
-	raw, err := s.c.Call(s.ctx, ipc.TypeStatus, nil)
-	if err != nil {
-		return daemonErr(err)
 	}
 	if *asJSON {
 		return printPayload(e.stdout, raw)
@@ -131,7 +141,7 @@ func cmdStatus(e *env, args []string) error {
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
-	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", s.c.Path(), st.SocketClients)
+	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", sock, st.SocketClients)
 	c := st.Counters
 	fmt.Fprintf(tw, "authored\t%d\n", c.Authored)
 	fmt.Fprintf(tw, "received\t%d (accepted %d, duplicates %d, relayed %d, fetched %d, caught up %d)\n",
@@ -158,14 +168,9 @@ func cmdPeers(e *env, args []string) error {
 	if err := noArgs(rest); err != nil {
 		return err
 	}
-	s, done, err := connect(e, *home)
+	raw, _, err := request(e, *home, ipc.TypePeers)
 	if err != nil {
 		return err
-	}
-	defer done()
-	raw, err := s.c.Call(s.ctx, ipc.TypePeers, nil)
-	if err != nil {
-		return daemonErr(err)
 	}
 	if *asJSON {
 		return printPayload(e.stdout, raw)
