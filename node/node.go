@@ -297,7 +297,7 @@ func (n *Node) pinAuthor(ctx context.Context, nodeID string, ed ed25519.PublicKe
 	_, err := n.st.PutPeer(ctx, store.Peer{NodeID: strings.ToLower(nodeID), Ed25519: ed, X25519: x, Name: name, FirstSeen: now, LastSeen: now})
 	if errors.Is(err, store.ErrKeyConflict) {
 		n.Counters.KeyConflicts.Add(1)
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return err
 }

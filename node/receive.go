@@ -42,6 +42,10 @@ type Checked struct {
 	authorX        []byte
 }
 
+// errKeyConflict marks a frame key contradicting the roster's pin, so the
+// rejection is counted under its own reason.
+var errKeyConflict = errors.New("key conflict")
+
 // ErrNotForUs marks a valid record directed to another member: relay it,
 // never store or surface it.
 var ErrNotForUs = errors.New("directed to another node")
@@ -146,7 +150,7 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (ed255
 	}
 	if framePub != nil && len(p.Ed25519) > 0 && !framePub.Equal(ed25519.PublicKey(p.Ed25519)) {
 		n.Counters.KeyConflicts.Add(1)
-		return nil, nil, fmt.Errorf("%w: author %s presents a different key than the one pinned", ErrRejected, author)
+		return nil, nil, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, errKeyConflict, author)
 	}
 	pub := ed25519.PublicKey(p.Ed25519)
 	if len(pub) == 0 {
@@ -207,7 +211,7 @@ func rejectReason(err error) string {
 		return string(r)
 	}
 	if errors.Is(err, ErrRejected) {
-		if strings.Contains(err.Error(), "pinned") || errors.Is(err, store.ErrKeyConflict) {
+		if errors.Is(err, errKeyConflict) || errors.Is(err, store.ErrKeyConflict) {
 			return "key-conflict"
 		}
 		return "rejected"
