@@ -78,6 +78,6 @@ func cgpHooks(h *daemon.Hooks) {
 		if err != nil {
 			return nil, err
 		}
-		return provider.StartHTTP(ctx, e, addr, env.Logger.With("component", "cgp-http"))
+		return provider.StartHTTP(ctx, e, loopbackDefault(addr), env.Logger.With("component", "cgp-http"))
 	}
 }

@@ -32,8 +32,8 @@ func meshHooks(h *daemon.Hooks) {
 	}
 }
 
-// loopbackDefault binds a bare ":PORT" to loopback: metrics are for the
-// local scraper unless the operator names an interface.
+// loopbackDefault binds a bare ":PORT" to loopback: metrics and the CGP
+// HTTP binding serve this machine unless the operator names an interface.
 func loopbackDefault(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err == nil && host == "" {
