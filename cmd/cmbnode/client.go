@@ -56,10 +56,21 @@ func connect(e *env, homeFlag string) (*session, func(), error) {
 	return &session{c: c, ctx: ctx}, func() { c.Close(); cancel() }, nil
 }
 
-// request sends one argument-less request and returns the reply and the
-// socket it went to.
-func request(e *env, home, typ string) (json.RawMessage, string, error) {
-	s, done, err := connect(e, home)
+// request runs an argument-less client command (flags --home and --json)
+// as one request. With --json it prints the reply and returns a nil reply;
+// otherwise it returns the reply and the socket it went to for the caller
+// to render.
+func request(e *env, args []string, name, typ string) (json.RawMessage, string, error) {
+	fs := newFlags(e, name, name+" [--home DIR] [--json]")
+	home, asJSON := clientFlags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := noArgs(rest); err != nil {
+		return nil, "", err
+	}
+	s, done, err := connect(e, *home)
 	if err != nil {
 		return nil, "", err
 	}
@@ -67,6 +78,9 @@ func request(e *env, home, typ string) (json.RawMessage, string, error) {
 	raw, err := s.c.Call(s.ctx, typ, nil)
 	if err != nil {
 		return nil, "", daemonErr(err)
+	}
+	if *asJSON {
+		return nil, "", printPayload(e.stdout, raw)
 	}
 	return raw, s.c.Path(), nil
 }
@@ -100,21 +114,9 @@ func noArgs(rest []string) error {
 }
 
 func cmdStatus(e *env, args []string) error {
-	fs := newFlags(e, "status", "status [--home DIR] [--json]")
-	home, asJSON := clientFlags(fs)
-	rest, err := parse(fs, args)
-	if err != nil {
+	raw, sock, err := request(e, args, "status", ipc.TypeStatus)
+	if raw == nil || err != nil {
 		return err
-	}
-	if err := noArgs(rest); err != nil {
-		return err
-	}
-	raw, sock, err := request(e, *home, ipc.TypeStatus)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printPayload(e.stdout, raw)
 	}
 	var st ipc.StatusReply
 	if err := json.Unmarshal(raw, &st); err != nil {
@@ -159,21 +161,9 @@ func cmdStatus(e *env, args []string) error {
 }
 
 func cmdPeers(e *env, args []string) error {
-	fs := newFlags(e, "peers", "peers [--home DIR] [--json]")
-	home, asJSON := clientFlags(fs)
-	rest, err := parse(fs, args)
-	if err != nil {
+	raw, _, err := request(e, args, "peers", ipc.TypePeers)
+	if raw == nil || err != nil {
 		return err
-	}
-	if err := noArgs(rest); err != nil {
-		return err
-	}
-	raw, _, err := request(e, *home, ipc.TypePeers)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printPayload(e.stdout, raw)
 	}
 	var r struct {
 		Peers []struct {
