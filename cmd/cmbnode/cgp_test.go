@@ -36,10 +36,7 @@ func seedDaemon(t *testing.T, sock string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := ipc.Dial(ctx, sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialSock(t, sock)
 	defer c.Close()
 	prev := ""
 	for i := 0; i < n; i++ {

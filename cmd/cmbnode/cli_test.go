@@ -262,10 +262,7 @@ func checkHeld(t *testing.T, sock string, keys []string, cycle int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := ipc.Dial(ctx, sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialSock(t, sock)
 	defer c.Close()
 	for _, k := range keys {
 		if _, err := c.Get(ctx, k); err != nil {

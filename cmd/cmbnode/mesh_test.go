@@ -22,9 +22,13 @@ func meshDaemon(t *testing.T, home, grp string, bootstrap ...string) *daemonProc
 	return startDaemon(t, home, args...)
 }
 
-func dialDaemon(t *testing.T, d *daemonProc) *ipc.Client {
+func dialDaemon(t *testing.T, d *daemonProc) *ipc.Client { return dialSock(t, d.sock) }
+
+// dialSock connects a test client to a daemon socket; it is closed when the
+// test ends, or earlier by the caller.
+func dialSock(t *testing.T, sock string) *ipc.Client {
 	t.Helper()
-	c, err := ipc.Dial(context.Background(), d.sock)
+	c, err := ipc.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
