@@ -88,13 +88,13 @@ func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, erro
 		return cgp.Record{}, false, fmt.Errorf("read %s: %w", key, err)
 	}
 	sum := sha256.Sum256(r.Raw)
-	d, ok := b.n.digests.get(key, &sum)
+	d, ok := b.n.cgpCache.get(key, &sum)
 	if !ok {
 		if d, err = decodeForCGP(r.Raw); err != nil {
 			return cgp.Record{}, false, fmt.Errorf("stored record %s does not decode: %w", key, err)
 		}
 		d.sum = sum
-		b.n.digests.put(key, d)
+		b.n.cgpCache.put(key, d)
 	}
 	out := d.rec
 	// Callers own what they get: nothing shared with the cache.
@@ -150,21 +150,21 @@ type decodedRecord struct {
 	digest string
 }
 
-// digestCache remembers decoded records and their provenance digests by
+// decodedCache remembers decoded records and their provenance digests by
 // key. Decoding and canonicalising dominated a query's cost, and a query
 // gets the same records repeatedly (hits, their threads and relations). An
 // entry is used only for the very bytes it was made from (by SHA-256), so a
 // key purged and later stored again with other bytes is decoded afresh.
 // Two generations bound it: when the current one fills it becomes the old
 // one, and entries found there move back to the current one.
-type digestCache struct {
+type decodedCache struct {
 	mu       sync.Mutex
 	cur, old map[string]*decodedRecord
 }
 
 const maxDecoded = 8192 // per generation, ~1 KB each
 
-func (c *digestCache) get(key string, sum *[sha256.Size]byte) (*decodedRecord, bool) {
+func (c *decodedCache) get(key string, sum *[sha256.Size]byte) (*decodedRecord, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.cur[key]
@@ -180,13 +180,13 @@ func (c *digestCache) get(key string, sum *[sha256.Size]byte) (*decodedRecord, b
 	return d, true
 }
 
-func (c *digestCache) put(key string, d *decodedRecord) {
+func (c *decodedCache) put(key string, d *decodedRecord) {
 	c.mu.Lock()
 	c.putLocked(key, d)
 	c.mu.Unlock()
 }
 
-func (c *digestCache) putLocked(key string, d *decodedRecord) {
+func (c *decodedCache) putLocked(key string, d *decodedRecord) {
 	if c.cur == nil || len(c.cur) >= maxDecoded {
 		c.old, c.cur = c.cur, make(map[string]*decodedRecord, 1024)
 	}

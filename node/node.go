@@ -76,7 +76,7 @@ type Node struct {
 	boxMu sync.Mutex
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
-	digests digestCache
+	cgpCache decodedCache // decoded records for the CGP backend (cgpbackend.go)
 
 	Counters Counters
 }
