@@ -65,10 +65,9 @@ func (n *Node) Check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 }
 
 func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked, error) {
-	if err := rec.Validate(); err != nil {
-		return nil, err
-	}
-	// Group first and cheaply: a cross-group record never reaches the rest (§5.8).
+	// Group first and cheaply: a cross-group record never reaches the rest
+	// (§5.8, §18.3.1's order). Shape is checked by Verify below, or before the
+	// signature on the relay-only path, so it runs once per record.
 	if err := rec.CheckAudience(cmb.Audience{Group: n.group, Self: rec.To}); err != nil {
 		return nil, err
 	}
@@ -80,6 +79,9 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if rec.To != "" && !strings.EqualFold(rec.To, n.id.NodeID) {
 		// Not ours: the address cannot be recomputed under seal, but the
 		// signature binds key, author, time, group and recipient.
+		if err := rec.Validate(); err != nil {
+			return nil, err
+		}
 		if err := rec.VerifySignature(pub); err != nil {
 			return nil, err
 		}
