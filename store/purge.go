@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // PurgeResult reports what a purge did.
@@ -119,7 +122,56 @@ func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, e
 			}
 		}
 	}
+	if res.Deleted > 0 {
+		if err := s.compactValueLog(ctx); err != nil {
+			return res, fmt.Errorf("purge: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// valueThreshold is the value size from which badger keeps a value in its
+// value log instead of the LSM tree: records go there, index keys do not.
+const valueThreshold = 256
+
+// compactValueLog gives back the value-log space of deleted records.
+//
+// Badger's value-log GC copies a file's live values into the current log and
+// then deletes the file, and with SyncWrites off (as here, see Open) nothing
+// syncs the copies first: a power loss could lose records that were durable
+// in the deleted file. An open iterator defers that deletion until it
+// closes, so each round runs under one, makes badger durable, and only then
+// lets the old file go.
+func (s *Store) compactValueLog(ctx context.Context) error {
+	const maxRounds = 16
+	for range maxRounds {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		txn := s.db.NewTransaction(false)
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false})
+		gcErr := s.db.RunValueLogGC(0.5)
+		var syncErr error
+		if gcErr == nil {
+			syncErr = syncBadger(s.db, s.dir)
+		}
+		if syncErr != nil {
+			// The copies may not be durable, so the old file must stay: the
+			// iterator is left open on purpose (until the process ends) and
+			// the store refuses further writes.
+			s.breakWith(syncErr)
+			return fmt.Errorf("compacting value log: %w", syncErr)
+		}
+		it.Close()
+		txn.Discard()
+		switch {
+		case errors.Is(gcErr, badger.ErrNoRewrite), errors.Is(gcErr, badger.ErrRejected):
+			return nil
+		case gcErr != nil:
+			return fmt.Errorf("compacting value log: %w", gcErr)
+		}
+	}
+	return nil
 }
 
 // deleteJob removes one record and its index entries unless, at commit time,

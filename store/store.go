@@ -78,6 +78,9 @@ type Options struct {
 	BlockCacheBytes int64
 	// MemTableBytes sizes each badger memtable (default 16 MiB).
 	MemTableBytes int64
+	// ValueLogFileBytes sizes badger's value-log files, the unit in which
+	// purged records' space is given back (default 64 MiB).
+	ValueLogFileBytes int64
 }
 
 // Errors returned by Open and the accessors. Open's errors wrap one of the
@@ -146,6 +149,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.MemTableBytes <= 0 {
 		opts.MemTableBytes = 16 << 20
 	}
+	if opts.ValueLogFileBytes <= 0 {
+		opts.ValueLogFileBytes = 64 << 20
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("creating store directory: %w", err))
 	}
@@ -173,7 +179,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithNumCompactors(2).
-		WithValueLogFileSize(64 << 20).
+		// Records (about 1 KB) go to the value log, so the LSM tree holds
+		// only keys and pointers: flushes and compactions no longer rewrite
+		// and recompress every record several times. That was ~40% of a
+		// put's CPU (181 vs 111 µs per put with 8 writers over 100k
+		// records); index keys, with empty values, stay in the tree.
+		// Purged records' space comes back through compactValueLog.
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(opts.ValueLogFileBytes).
 		WithMetricsEnabled(false)
 	db, err := badger.Open(bo)
 	if err != nil {
