@@ -18,12 +18,20 @@ import (
 // The write path is a two-stage pipeline. The writer goroutine applies jobs
 // to the batch being built: a job reads through a wtx, which sees badger
 // plus every write of batches not yet in badger, and records its writes.
-// The syncer goroutine takes one finished batch at a time, writes it to the
-// write-ahead log as one frame, fdatasyncs, applies it to badger, runs the
-// jobs' after functions and only then acknowledges them. While one batch
-// syncs the writer fills the next with whatever arrives meanwhile, so the
-// number of puts sharing a sync adapts to the load without waiting on a
-// timer, and a batch's sync overlaps the work of preparing the next.
+// The syncer goroutine takes one finished batch at a time and, at the same
+// time, writes it to the write-ahead log as one durable frame and applies it
+// to badger and the text index (the jobs' after functions); it acknowledges
+// the jobs only once both are done. While one batch syncs the writer fills
+// the next with whatever arrives meanwhile, so the number of puts sharing a
+// sync adapts to the load without waiting on a timer, and a batch's sync
+// overlaps the work of preparing the next.
+//
+// Applying during the sync rather than after it takes the apply (~25 µs
+// per 1 KB put) off the path synchronous writers wait on. The price: a
+// reader may see a write up to one log sync (~0.2 ms) before its writer is
+// told it is durable. Should that sync fail the store refuses all further
+// writes, and the write may or may not survive a restart, as with any
+// commit whose outcome was an error.
 //
 // apply must decide on a job-level error before it writes anything; should
 // it fail anyway, its writes are rolled back. The returned after runs once
@@ -276,13 +284,19 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			}
 			err := s.broken()
 			if err == nil {
-				err = s.wal.append(payload)
-			}
-			if err == nil {
-				err = s.wal.sync()
-			}
-			if err == nil {
-				err = s.applyLocked(b)
+				werr := make(chan error, 1)
+				go func() {
+					err := s.wal.append(payload)
+					if err == nil {
+						err = s.wal.sync()
+					}
+					werr <- err
+				}()
+				aerr := s.applyLocked(b)
+				err = <-werr
+				if err == nil {
+					err = aerr
+				}
 			}
 			if err == nil && s.wal.off >= s.walLimit {
 				err = s.checkpoint()
@@ -305,17 +319,17 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 	}
 }
 
-// applyLocked writes a durable batch into badger and runs its afters.
+// applyLocked writes a batch into badger and runs its afters.
 func (s *Store) applyLocked(b *batch) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	if s.lostBadgerWrites {
 		return nil
 	}
-	// The batch is durable: badger and the in-memory index take it at the
-	// same time (under writeMu, so Check never sees one without the other).
-	// Should badger fail, the index may show writes badger lacks; the store
-	// then refuses further writes, and the log restores them at Open.
+	// Badger and the in-memory index take the batch at the same time (under
+	// writeMu, so Check never sees one without the other). Should badger
+	// fail, the index may show writes badger lacks; the store then refuses
+	// further writes, and the log restores them at Open.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
