@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -141,7 +142,9 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 		pl := x.terms[ft.term]
 		if pl == nil {
 			pl = &postingList{}
-			x.terms[ft.term] = pl
+			// A copy: the token is a slice of the record's texts, which the
+			// key would otherwise keep in memory for as long as the term lives.
+			x.terms[strings.Clone(ft.term)] = pl
 		}
 		pl.post = append(pl.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
 		pl.df[ft.field]++
