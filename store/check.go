@@ -55,6 +55,10 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	// The indexer needs no lock: with badger held still it catches up.
+	if err := s.indexed.wait(ctx, s.appliedSeq.Load()); err != nil {
+		return err
+	}
 
 	var problems []string
 	add := func(f string, a ...any) { problems = append(problems, fmt.Sprintf(f, a...)) }

@@ -201,10 +201,9 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 			t.del(k)
 		}
 		*deleted = true
-		terms := analyze(rec.Texts)
+		t.count(-1)
 		return func() {
-			s.idx.remove([]string{key}, []docTerms{terms})
-			s.count.Add(-1)
+			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 		}, nil
 	})
 }

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -222,4 +224,60 @@ func TestSearchPruningIsExact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSearchSeesAcknowledgedWrites checks read-your-writes through the
+// indexer, which runs behind the acknowledgement: a search started after a
+// put returned finds it, under concurrent writers, and purged records vanish
+// from search as soon as the purge returns.
+func TestSearchSeesAcknowledgedWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 60 {
+				term := fmt.Sprintf("uniq%dx%d", w, i)
+				e := mkEntry(fmt.Sprintf("w%d-%d", w, i), testBase+int64(i), "common words "+term)
+				if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+					errc <- err
+					return
+				}
+				hits, err := s.Search(ctx, term, SearchOptions{})
+				if err != nil || len(hits) != 1 || hits[0].Key != e.Key {
+					errc <- fmt.Errorf("search %q right after its put: %v %v", term, hits, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.PurgeBefore(ctx, testBase+30)
+	if err != nil || res.Deleted != 8*30 {
+		t.Fatalf("purge: %+v %v", res, err)
+	}
+	if hits, err := s.Search(ctx, "uniq3x7", SearchOptions{}); err != nil || len(hits) != 0 {
+		t.Fatalf("purged record still found: %v %v", hits, err)
+	}
+	if hits, err := s.Search(ctx, "common", SearchOptions{Limit: 1000}); err != nil || len(hits) != 8*30 {
+		t.Fatalf("%d hits after purge, want %d (%v)", len(hits), 8*30, err)
+	}
+	// A search waiting for the index gives up with its context.
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	s.appliedSeq.Add(1000) // a batch the indexer will never reach
+	if _, err := s.Search(cctx, "common", SearchOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("search waiting on the index ignored its context: %v", err)
+	}
+	s.appliedSeq.Add(^uint64(999))
 }

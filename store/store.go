@@ -129,6 +129,10 @@ type Store struct {
 	count     atomic.Int64
 
 	idx *textIndex
+	// appliedSeq is the last batch the syncer finished with; indexed
+	// reaches it once the text index holds that batch's writes too.
+	appliedSeq atomic.Uint64
+	indexed    watermark
 }
 
 // Open opens (creating if needed) the store in dir. It refuses to open a

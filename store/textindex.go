@@ -288,6 +288,10 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if len(qterms) == 0 {
 		return nil, nil
 	}
+	// Every write acknowledged before this search must be findable.
+	if err := s.indexed.wait(ctx, s.appliedSeq.Load()); err != nil {
+		return nil, err
+	}
 	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
 }
 
