@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/google/btree"
 )
 
 // CheckError lists every disagreement Check found.
@@ -133,6 +134,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if n := s.count.Load(); n != int64(len(recs)) {
 		add("count is %d but %d records are stored", n, len(recs))
 	}
+	checkOrder(s.order, recs, add)
 	s.idx.mu.RLock()
 	liveDocs, livePost := s.idx.snapshot()
 	s.idx.mu.RUnlock()
@@ -174,35 +176,8 @@ func set(l []string) map[string]struct{} {
 func checkIndexKey(k []byte, recs map[string]*recSummary) string {
 	body := k[1:]
 	switch k[0] {
-	case pTime:
-		if len(body) < 8 {
-			return "malformed"
-		}
-		ts, key := readTS(body), string(body[8:])
-		r := recs[key]
-		if r == nil {
-			return "points at a missing record"
-		}
-		if r.createdAt != ts {
-			return fmt.Sprintf("time %d but the record says %d", ts, r.createdAt)
-		}
-	case pGroup, pAuthor:
-		i := bytes.IndexByte(body, 0)
-		if i < 0 || len(body) < i+9 {
-			return "malformed"
-		}
-		name, ts, key := string(body[:i]), readTS(body[i+1:]), string(body[i+9:])
-		r := recs[key]
-		if r == nil {
-			return "points at a missing record"
-		}
-		want := r.group
-		if k[0] == pAuthor {
-			want = r.author
-		}
-		if r.createdAt != ts || want != name {
-			return fmt.Sprintf("(%q, %d) but the record says (%q, %d)", name, ts, want, r.createdAt)
-		}
+	case pTime, pGroup, pAuthor:
+		return "left over from format 1"
 	case pChild, pRefBy:
 		i := bytes.IndexByte(body, 0)
 		if i < 0 {
@@ -250,4 +225,57 @@ func diffMaps(got, want map[string]string, what string, add func(string, ...any)
 			add("%s %s is stray", what, k)
 		}
 	}
+}
+
+// checkOrder compares the in-memory orders with the records.
+func checkOrder(o *orderIndex, recs map[string]*recSummary, add func(string, ...any)) {
+	want := newOrderIndex()
+	for k, r := range recs {
+		want.add(k, r.createdAt, r.group, r.author)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	type tree = *btree.BTreeG[KeyTime]
+	compare := func(what string, got, want tree) {
+		list := func(t tree) []KeyTime {
+			var l []KeyTime
+			if t != nil {
+				t.Ascend(func(kt KeyTime) bool { l = append(l, kt); return true })
+			}
+			return l
+		}
+		g, w := list(got), list(want)
+		if !slices.Equal(g, w) {
+			add("%s order holds %d entries, want %d (first difference near %v)", what, len(g), len(w), firstDiff(g, w))
+		}
+	}
+	compare("time", o.all, want.all)
+	for _, m := range []struct {
+		what      string
+		got, want map[string]*btree.BTreeG[KeyTime]
+	}{{"group", o.byGroup, want.byGroup}, {"author", o.byAuthor, want.byAuthor}} {
+		for name, w := range m.want {
+			compare(fmt.Sprintf("%s %q", m.what, name), m.got[name], w)
+		}
+		for name, g := range m.got {
+			if _, ok := m.want[name]; !ok {
+				compare(fmt.Sprintf("%s %q", m.what, name), g, nil)
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []KeyTime) any {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return a[i]
+		}
+	}
+	if len(a) > len(b) {
+		return a[len(b)]
+	}
+	if len(b) > len(a) {
+		return b[len(a)]
+	}
+	return nil
 }

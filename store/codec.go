@@ -13,9 +13,11 @@ import (
 // 0x00 separates variable-length parts, which is why Validate refuses NUL.
 const (
 	pRec      = 'r' // r key                          → record value
-	pTime     = 'T' // T be64(createdAt) key          → ∅
-	pGroup    = 'G' // G group 0 be64(createdAt) key  → ∅
-	pAuthor   = 'A' // A author 0 be64(createdAt) key → ∅
+	// 'T', 'G' and 'A' held the time, group and author orders in format 1;
+	// format 2 keeps them in memory (order.go) and drops them at Open.
+	pTime     = 'T'
+	pGroup    = 'G'
+	pAuthor   = 'A'
 	pChild    = 'C' // C parent 0 child               → ∅
 	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
 	pPeer     = 'P' // P nodeId                       → peer JSON
@@ -35,22 +37,6 @@ func appendTS(b []byte, ms int64) []byte {
 
 func readTS(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ (1 << 63)) }
 
-func timeKey(ms int64, k string) []byte {
-	b := make([]byte, 0, 9+len(k))
-	b = append(b, pTime)
-	b = appendTS(b, ms)
-	return append(b, k...)
-}
-
-func namedTimeKey(p byte, name string, ms int64, k string) []byte {
-	b := make([]byte, 0, 11+len(name)+len(k))
-	b = append(b, p)
-	b = append(b, name...)
-	b = append(b, 0)
-	b = appendTS(b, ms)
-	return append(b, k...)
-}
-
 func edgeKey(p byte, from, to string) []byte {
 	b := make([]byte, 0, 2+len(from)+len(to))
 	b = append(b, p)
@@ -68,10 +54,7 @@ func edgePrefix(p byte, from string) []byte {
 
 // indexKeys lists every index key a record owns (not the record key itself).
 func indexKeys(e *Entry) [][]byte {
-	keys := make([][]byte, 0, 3+len(e.Parents)+len(e.Ancestors))
-	keys = append(keys, timeKey(e.CreatedAt, e.Key))
-	keys = append(keys, namedTimeKey(pGroup, e.Group, e.CreatedAt, e.Key))
-	keys = append(keys, namedTimeKey(pAuthor, e.CreatedBy, e.CreatedAt, e.Key))
+	keys := make([][]byte, 0, len(e.Parents)+len(e.Ancestors))
 	for _, p := range e.Parents {
 		keys = append(keys, edgeKey(pChild, p, e.Key))
 	}

@@ -203,6 +203,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		*deleted = true
 		t.count(-1)
 		return func() {
+			s.order.remove(key, rec.CreatedAt, rec.Group, rec.CreatedBy)
 			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 		}, nil
 	})

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -92,71 +91,6 @@ type Window struct {
 type KeyTime struct {
 	Key       string
 	CreatedAt int64
-}
-
-// Scan calls fn for each record key in the window, ordered by (createdAt,
-// key), ascending unless Reverse. fn returning an error stops the scan.
-func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	var prefix []byte
-	switch {
-	case w.Author != "" && w.Group != "":
-		return errors.New("scan: choose a group or an author, not both")
-	case w.Author != "":
-		prefix = append(append([]byte{pAuthor}, w.Author...), 0)
-	case w.Group != "" || !w.AnyGroup:
-		prefix = append(append([]byte{pGroup}, w.Group...), 0)
-	default:
-		prefix = []byte{pTime}
-	}
-	from := appendTS(append([]byte(nil), prefix...), w.From)
-	to := w.To
-	if to == 0 {
-		to = math.MaxInt64
-	}
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: w.Reverse})
-		defer it.Close()
-		if w.Reverse {
-			it.Seek(appendTS(append([]byte(nil), prefix...), to))
-		} else {
-			it.Seek(from)
-		}
-		n := 0
-		for ; it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			k := it.Item().Key()[len(prefix):]
-			ts := readTS(k)
-			if ts >= to {
-				if w.Reverse {
-					continue
-				}
-				break
-			}
-			if ts < w.From {
-				if w.Reverse {
-					break
-				}
-				continue
-			}
-			if err := fn(KeyTime{Key: string(k[8:]), CreatedAt: ts}); err != nil {
-				return err
-			}
-			n++
-			if w.Limit > 0 && n >= w.Limit {
-				break
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("scanning records: %w", err)
-	}
-	return nil
 }
 
 // KeysSince lists the keys of a group created at or after sinceMs, oldest

@@ -94,7 +94,12 @@ var (
 	ErrInvalid    = errors.New("invalid entry")
 )
 
-const formatVersion = "cmbnode-store-1"
+// formatVersion 2 keeps the time, group and author orders in memory; a
+// format 1 store is upgraded at Open by dropping its order keys.
+const (
+	formatVersion   = "cmbnode-store-2"
+	formatVersionV1 = "cmbnode-store-1"
+)
 
 // Store is an open store. All methods are safe for concurrent use.
 type Store struct {
@@ -128,7 +133,8 @@ type Store struct {
 	closed    atomic.Bool
 	count     atomic.Int64
 
-	idx *textIndex
+	idx   *textIndex
+	order *orderIndex
 	// appliedSeq is the last batch the syncer finished with; indexed
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
@@ -204,15 +210,25 @@ func Open(dir string, opts Options) (*Store, error) {
 		closing:  make(chan struct{}),
 		wdone:    make(chan struct{}),
 		idx:      newTextIndex(),
+		order:    newOrderIndex(),
 		walLimit: walCheckpoint,
 	}
-	if err := s.checkFormat(); err != nil {
+	v1, err := s.checkFormat()
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	if err := s.recover(); err != nil {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, err)
+	}
+	if v1 {
+		// After the replay, which may bring order keys back from the log.
+		if err := s.upgradeFromV1(); err != nil {
+			s.wal.close()
+			db.Close()
+			return nil, classifyOpenErr(dir, opts.Home, err)
+		}
 	}
 	if err := s.load(context.Background()); err != nil {
 		db.Close()
@@ -269,12 +285,15 @@ func (s *Store) recover() error {
 	return nil
 }
 
-func (s *Store) checkFormat() error {
-	key := []byte{pMeta, 'v'}
-	return s.db.Update(func(txn *badger.Txn) error {
-		it, err := txn.Get(key)
+var formatKey = []byte{pMeta, 'v'}
+
+// checkFormat marks a new store with formatVersion and refuses one written
+// in a format this build does not know; v1 reports a store to upgrade.
+func (s *Store) checkFormat() (v1 bool, err error) {
+	err = s.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get(formatKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set(key, []byte(formatVersion))
+			return txn.Set(formatKey, []byte(formatVersion))
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
@@ -283,11 +302,30 @@ func (s *Store) checkFormat() error {
 		if err != nil {
 			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
 		}
-		if string(v) != formatVersion {
+		switch string(v) {
+		case formatVersion:
+		case formatVersionV1:
+			v1 = true
+		default:
 			return fmt.Errorf("%w: %s has format %q, this build reads %q", ErrCorrupted, s.dir, v, formatVersion)
 		}
 		return nil
 	})
+	return v1, err
+}
+
+// upgradeFromV1 drops the order keys format 1 kept in badger, then marks the
+// store as format 2, durably. Interrupted, it runs again at the next Open.
+func (s *Store) upgradeFromV1() error {
+	if err := s.db.DropPrefix([]byte{pTime}, []byte{pGroup}, []byte{pAuthor}); err != nil {
+		return fmt.Errorf("upgrading store format: %w", err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(formatKey, []byte(formatVersion))
+	}); err != nil {
+		return fmt.Errorf("upgrading store format: %w", err)
+	}
+	return syncBadger(s.db, s.dir)
 }
 
 // load counts records and rebuilds the in-memory text index from them.
@@ -310,6 +348,7 @@ func (s *Store) load(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
 			}
+			s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
 			s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
 			n++
 		}

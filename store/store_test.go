@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 const testBase = int64(1_751_000_000_000)
@@ -494,19 +497,21 @@ func TestCheckReportsDisagreement(t *testing.T) {
 	// Break things behind the store's back.
 	txn := s.db.NewTransaction(true)
 	txn.Delete(edgeKey(pChild, a.Key, b.Key))
-	txn.Set(timeKey(testBase+99, testKey("ghost")), nil)
-	txn.Set(namedTimeKey(pGroup, "g9", testBase, a.Key), nil)
+	txn.Set(edgeKey(pRefBy, a.Key, testKey("ghost")), nil)
+	txn.Set(append([]byte{pTime}, "format-1 order key"...), nil)
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	s.idx.add(testKey("phantom"), testBase, "g1", analyze([NumFields]string{"phantom"}))
+	s.order.add(testKey("ghost"), testBase+99, "g9", "author-g")
 	err := s.Check(ctx)
 	var ce *CheckError
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupted) {
 		t.Fatalf("Check: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"lacks child index entry", "points at a missing record", `("g9"`, "phantom"} {
+	for _, want := range []string{"lacks child index entry", "names a missing record", "left over from format 1",
+		"time order holds 3 entries, want 2", `group "g9" order holds 1 entries, want 0`, "phantom"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Check report lacks %q: %s", want, msg)
 		}
@@ -551,24 +556,22 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 		t.Fatalf("purge: %+v %v", res, err)
 	}
 	// Badger learns which value-log bytes are garbage when compaction drops
-	// the deleted versions: write on until the tree has more than level 0,
-	// then merge it into one level.
+	// the deleted versions. Each reopen flushes the memtable into one more
+	// level-0 table; past four of them, Flatten compacts level 0 into the
+	// next level (if the background compactors have not already).
 	vlogBefore := vlogBytes(t, dir)
-	deeper := func() bool {
-		for _, ti := range s.db.Tables() {
-			if ti.Level > 0 {
-				return true
-			}
+	for i := range 6 {
+		for j := range 20 {
+			e := c.record(n+20*i+j, now.UnixMilli()-1)
+			kept = append(kept, e)
+			mustPut(t, s, e)
 		}
-		return false
-	}
-	for i := n; !deeper(); i++ {
-		if i > 4*n {
-			t.Fatal("no compaction out of level 0")
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
-		e := c.record(i, now.UnixMilli()-1)
-		kept = append(kept, e)
-		mustPut(t, s, e)
+		if s, err = Open(dir, opts); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.db.Flatten(1); err != nil {
 		t.Fatal(err)
@@ -618,4 +621,96 @@ func vlogBytes(t *testing.T, dir string) int64 {
 		}
 	}
 	return n
+}
+
+// TestUpgradeFromFormat1 opens a store as format 1 left it (order keys in
+// badger, format marker 1) and checks that the upgrade drops the keys, keeps
+// every record findable in time order and marks the store format 2.
+func TestUpgradeFromFormat1(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 5 {
+		e := mkEntry(fmt.Sprintf("old-%d", i), testBase+int64(i), "format one")
+		mustPut(t, s, e)
+		want = append(want, e.Key)
+	}
+	txn := s.db.NewTransaction(true)
+	for i, k := range want {
+		at := binary.BigEndian.AppendUint64(nil, uint64(testBase+int64(i))^(1<<63))
+		for _, ik := range [][]byte{
+			append(append([]byte{pTime}, at...), k...),
+			append(append(append([]byte{pGroup}, "g1\x00"...), at...), k...),
+			append(append(append([]byte{pAuthor}, "author-o\x00"...), at...), k...),
+		} {
+			if err := txn.Set(ik, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := txn.Set(formatKey, []byte(formatVersionV1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openTest(t, dir)
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("after upgrade: %v", err)
+	}
+	err = s.db.View(func(txn *badger.Txn) error {
+		for _, p := range []byte{pTime, pGroup, pAuthor} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{p}})
+			it.Rewind()
+			left := it.Valid()
+			it.Close()
+			if left {
+				return fmt.Errorf("format 1 keys with prefix %q left", p)
+			}
+		}
+		it, err := txn.Get(formatKey)
+		if err != nil {
+			return err
+		}
+		v, _ := it.ValueCopy(nil)
+		if string(v) != formatVersion {
+			return fmt.Errorf("format marker %q after upgrade", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := s.Scan(ctx, Window{Author: "author-o"}, func(kt KeyTime) error { got = append(got, kt.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("author order after upgrade: %v, want %v", got, want)
+	}
+}
+
+func TestRefusesUnknownFormat(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte("cmbnode-store-9")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), "cmbnode-store-9") {
+		t.Fatalf("opening a store of an unknown format: %v", err)
+	}
 }

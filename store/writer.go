@@ -612,6 +612,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			r.Record = rec
 			t.count(1)
 			return func() {
+				s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
 				s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
 			}, nil
 		}))

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// orderIndex orders records by (createdAt, key): all of them, per group and
+// per author. It lives in memory and is rebuilt from the records at Open,
+// like the text index, and for the same reason: kept in badger these were
+// three more keys per record, and writing them was about a quarter of a
+// put's CPU (89 vs 67 µs per 1 KB put with 8 writers). In memory an entry
+// costs a B-tree insert (~0.3 µs) and ~24 bytes per tree.
+type orderIndex struct {
+	mu       sync.Mutex
+	all      *btree.BTreeG[KeyTime]
+	byGroup  map[string]*btree.BTreeG[KeyTime]
+	byAuthor map[string]*btree.BTreeG[KeyTime]
+}
+
+const orderDegree = 32
+
+func lessKeyTime(a, b KeyTime) bool {
+	if a.CreatedAt != b.CreatedAt {
+		return a.CreatedAt < b.CreatedAt
+	}
+	return a.Key < b.Key
+}
+
+func newOrderIndex() *orderIndex {
+	return &orderIndex{
+		all:      btree.NewG(orderDegree, lessKeyTime),
+		byGroup:  map[string]*btree.BTreeG[KeyTime]{},
+		byAuthor: map[string]*btree.BTreeG[KeyTime]{},
+	}
+}
+
+func (o *orderIndex) add(key string, at int64, group, author string) {
+	kt := KeyTime{Key: key, CreatedAt: at}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.all.ReplaceOrInsert(kt)
+	treeFor(o.byGroup, group).ReplaceOrInsert(kt)
+	treeFor(o.byAuthor, author).ReplaceOrInsert(kt)
+}
+
+func (o *orderIndex) remove(key string, at int64, group, author string) {
+	kt := KeyTime{Key: key, CreatedAt: at}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.all.Delete(kt)
+	for _, m := range []struct {
+		trees map[string]*btree.BTreeG[KeyTime]
+		name  string
+	}{{o.byGroup, group}, {o.byAuthor, author}} {
+		if t := m.trees[m.name]; t != nil {
+			t.Delete(kt)
+			if t.Len() == 0 {
+				delete(m.trees, m.name)
+			}
+		}
+	}
+}
+
+func treeFor(m map[string]*btree.BTreeG[KeyTime], name string) *btree.BTreeG[KeyTime] {
+	t := m[name]
+	if t == nil {
+		t = btree.NewG(orderDegree, lessKeyTime)
+		m[name] = t
+	}
+	return t
+}
+
+// snapshot returns a copy-on-write clone of the tree a window reads, or nil
+// when no record matches its group or author.
+func (o *orderIndex) snapshot(w Window) *btree.BTreeG[KeyTime] {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var t *btree.BTreeG[KeyTime]
+	switch {
+	case w.Author != "":
+		t = o.byAuthor[w.Author]
+	case w.Group != "" || !w.AnyGroup:
+		t = o.byGroup[w.Group]
+	default:
+		t = o.all
+	}
+	if t == nil {
+		return nil
+	}
+	return t.Clone()
+}
+
+// Scan calls fn for each record key in the window, ordered by (createdAt,
+// key), ascending unless Reverse. fn returning an error stops the scan. It
+// sees every write acknowledged before it started, and none that commit
+// while it runs.
+func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if w.Author != "" && w.Group != "" {
+		return errors.New("scan: choose a group or an author, not both")
+	}
+	if err := s.indexed.wait(ctx, s.appliedSeq.Load()); err != nil {
+		return fmt.Errorf("scanning records: %w", err)
+	}
+	t := s.order.snapshot(w)
+	if t == nil {
+		return nil
+	}
+	to := w.To
+	if to == 0 {
+		to = math.MaxInt64
+	}
+	var err error
+	n := 0
+	visit := func(kt KeyTime) bool {
+		if err = ctx.Err(); err != nil {
+			return false
+		}
+		if err = fn(kt); err != nil {
+			return false
+		}
+		n++
+		return w.Limit <= 0 || n < w.Limit
+	}
+	// Bounds are (createdAt, "") pairs, below every stored key of that
+	// instant: From is inclusive, To exclusive.
+	lo, hi := KeyTime{CreatedAt: w.From}, KeyTime{CreatedAt: to}
+	switch {
+	case to == math.MaxInt64 && w.Reverse:
+		t.DescendGreaterThan(lo, visit)
+	case to == math.MaxInt64:
+		t.AscendGreaterOrEqual(lo, visit)
+	case w.Reverse:
+		t.DescendRange(hi, lo, visit)
+	default:
+		t.AscendRange(lo, hi, visit)
+	}
+	if err != nil {
+		return fmt.Errorf("scanning records: %w", err)
+	}
+	return nil
+}
