@@ -12,7 +12,7 @@ import (
 // key so that every index entry can be traced back to its record by Check.
 // 0x00 separates variable-length parts, which is why Validate refuses NUL.
 const (
-	pRec      = 'r' // r key                          → record value
+	pRec = 'r' // r key                          → record value
 	// 'T', 'G' and 'A' held the time, group and author orders in format 1;
 	// format 2 keeps them in memory (order.go) and drops them at Open.
 	pTime     = 'T'
