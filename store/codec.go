@@ -12,16 +12,14 @@ import (
 // key so that every index entry can be traced back to its record by Check.
 // 0x00 separates variable-length parts, which is why Validate refuses NUL.
 const (
-	pRec = 'r' // r key                          → record value
-	// 'T', 'G' and 'A' held the time, group and author orders in format 1;
-	// format 2 keeps them in memory (order.go) and drops them at Open.
-	pTime     = 'T'
-	pGroup    = 'G'
-	pAuthor   = 'A'
+	pRec      = 'r' // r key                          → record value
 	pChild    = 'C' // C parent 0 child               → ∅
 	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
 	pPeer     = 'P' // P nodeId                       → peer JSON
 	pMeta     = 'M' // M name                         → store metadata
+	pTime     = 'T' // format 1 only: the time, group and author orders,
+	pGroup    = 'G' // which format 2 keeps in memory (order.go) and
+	pAuthor   = 'A' // drops at Open
 	recFormat = 1
 
 	maxKeyLen = 256
