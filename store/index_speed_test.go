@@ -2,6 +2,10 @@ package store
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,11 +41,15 @@ func speedCorpus() ([]Entry, []Entry) {
 // BenchmarkAnalyze is the cost of tokenising one ~1 KB record's seven
 // fields into its index terms.
 func BenchmarkAnalyze(b *testing.B) {
-	_, add := speedCorpus()
+	c := newCorpus(3)
+	texts := make([][NumFields]string, 5000)
+	for i := range texts {
+		texts[i] = c.record(i, testBase).Texts
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		_ = analyze(add[i%len(add)].Texts)
+		_ = analyze(texts[i%len(texts)])
 	}
 }
 
@@ -117,4 +125,141 @@ func BenchmarkIndexAddCold(b *testing.B) {
 		b.Log(sink)
 	}
 	b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N), "ns/add")
+}
+
+// analyzeRef is analyze as it was before it grouped terms: per field, the
+// field's distinct terms in order of first occurrence, tokenised without the
+// ASCII fast path.
+func analyzeRef(texts [NumFields]string) docTerms {
+	var d docTerms
+	for f, t := range texts {
+		if t == neutralText {
+			continue
+		}
+		first := len(d.terms)
+	next:
+		for _, tok := range tokenizeRef(t) {
+			d.lens[f]++
+			for i := first; i < len(d.terms); i++ {
+				if d.terms[i].term == tok {
+					d.terms[i].tf++
+					continue next
+				}
+			}
+			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: 1})
+		}
+	}
+	return d
+}
+
+// sameAnalysis reports how got differs from analyzeRef's want: the same
+// lengths and (term, field, tf) entries, with a term's fields adjacent and
+// ascending.
+func sameAnalysis(got, want docTerms) error {
+	if got.lens != want.lens {
+		return fmt.Errorf("lens %v, want %v", got.lens, want.lens)
+	}
+	key := func(ft fieldTerm) string { return fmt.Sprintf("%q/%d/%d", ft.term, ft.field, ft.tf) }
+	var g, w []string
+	for _, ft := range got.terms {
+		g = append(g, key(ft))
+	}
+	for _, ft := range want.terms {
+		w = append(w, key(ft))
+	}
+	slices.Sort(g)
+	slices.Sort(w)
+	if !slices.Equal(g, w) {
+		return fmt.Errorf("terms %v, want %v", g, w)
+	}
+	done := map[string]bool{}
+	for i, ft := range got.terms {
+		if i > 0 && got.terms[i-1].term == ft.term {
+			if got.terms[i-1].field >= ft.field {
+				return fmt.Errorf("fields of %q out of order: %v", ft.term, got.terms)
+			}
+			continue
+		}
+		if done[ft.term] {
+			return fmt.Errorf("fields of %q not adjacent: %v", ft.term, got.terms)
+		}
+		done[ft.term] = true
+	}
+	return nil
+}
+
+func TestAnalyzeMatchesReference(t *testing.T) {
+	c := newCorpus(11)
+	for i := range 2000 {
+		e := c.record(i, testBase)
+		if i%5 == 0 {
+			e.Texts[i%NumFields] = neutralText
+		}
+		if err := sameAnalysis(analyze(e.Texts), analyzeRef(e.Texts)); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	// Short texts over a small alphabet repeat terms within and across
+	// fields; long ones grow the analyzer's table.
+	pieces := []string{"a", "b", "Ab", "7", "_", " ", "'", ".", ":", ",", ";", "-", "é", "É", "ß", "東", "\u200d", "’", "3,4", "A.B", "\t", "neutral"}
+	rng := rand.New(rand.NewPCG(6, 6))
+	for i := range 20000 {
+		var texts [NumFields]string
+		for f := range texts {
+			n := rng.IntN(12)
+			if i%200 == 0 {
+				n = 400
+			}
+			var b strings.Builder
+			for range n {
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+				if i%200 == 0 {
+					b.WriteString(strconv.Itoa(rng.IntN(1000)))
+					b.WriteByte(' ')
+				}
+			}
+			texts[f] = b.String()
+			if rng.IntN(20) == 0 {
+				texts[f] = neutralText
+			}
+		}
+		if err := sameAnalysis(analyze(texts), analyzeRef(texts)); err != nil {
+			t.Fatalf("%q: %v", texts, err)
+		}
+	}
+}
+
+// TestFoldNFCASCII checks foldNFC's eight-bytes-at-a-time scan against a
+// byte-by-byte lowering, with at most one byte that decides the outcome at
+// every position.
+func TestFoldNFCASCII(t *testing.T) {
+	lower := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if 'A' <= r && r <= 'Z' {
+				return r + 'a' - 'A'
+			}
+			return r
+		}, s)
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	for range 50000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			for b[i] = byte(rng.IntN(128)); 'A' <= b[i] && b[i] <= 'Z'; b[i] = byte(rng.IntN(128)) {
+			}
+		}
+		if len(b) > 0 && rng.IntN(2) == 0 {
+			b[rng.IntN(len(b))] = byte('A' - 1 + rng.IntN(28)) // '@', 'A'..'Z', '['
+		}
+		in := string(b)
+		if got, want := foldNFC(in), lower(in); got != want {
+			t.Fatalf("foldNFC(%q) = %q, want %q", in, got, want)
+		}
+		// One non-ASCII rune anywhere takes the Unicode path.
+		i := rng.IntN(len(b) + 1)
+		in = string(b[:i]) + "É" + string(b[i:])
+		if got, want := foldNFC(in), lower(string(b[:i]))+"é"+lower(string(b[i:])); got != want {
+			t.Fatalf("foldNFC(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package store
 
 import (
+	"hash/maphash"
+	"math/bits"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -19,36 +22,64 @@ import (
 //     per character, as UAX #29 breaks between ideographs;
 //   - everything else (space, punctuation, symbols, emoji) separates words.
 func Tokenize(text string) []string {
-	var out []string
-	tokenize(text, func(t string) { out = append(out, t) })
-	return out
+	return appendTokens(nil, text)
 }
 
-func tokenize(text string, emit func(string)) {
+// Byte classes for tokenising ASCII without decoding or table lookups.
+const (
+	asciiSep  = iota // separates words
+	asciiWord        // letter, digit or underscore
+	asciiMid         // ' . : , ; — inside a word between two letters or digits
+	nonASCII         // starts or continues a multi-byte rune
+)
+
+var byteClass = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c >= utf8.RuneSelf:
+			t[c] = nonASCII
+		case 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || 'A' <= c && c <= 'Z':
+			t[c] = asciiWord
+		case c == '\'' || c == '.' || c == ':' || c == ',' || c == ';':
+			t[c] = asciiMid
+		}
+	}
+	return t
+}()
+
+// appendTokens appends the terms of text (see Tokenize) to dst.
+func appendTokens(dst []string, text string) []string {
 	if text == "" {
-		return
+		return dst
 	}
 	s := foldNFC(text)
 	start := -1
 	var prev rune
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			// ASCII: the same decisions as below without decoding, table
-			// lookups or the checks that only non-ASCII runes can pass.
-			r := rune(c)
-			switch {
-			case 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || 'A' <= c && c <= 'Z':
-				if start < 0 {
-					start = i
-				}
-			case start >= 0 && (c == '\'' || c == '.' || c == ':' || c == ',' || c == ';') && isMid(r, prev, s[i+1:]):
-			default:
-				if start >= 0 {
-					emit(s[start:i])
-					start = -1
-				}
+		// ASCII: the same decisions as below without decoding, table
+		// lookups or the checks that only non-ASCII runes can pass.
+		switch c := s[i]; byteClass[c] {
+		case asciiWord:
+			if start < 0 {
+				start = i
 			}
-			prev = r
+			for i++; i < len(s) && byteClass[s[i]] == asciiWord; i++ {
+			}
+			prev = rune(s[i-1])
+			continue
+		case asciiMid:
+			if start >= 0 && isMidASCII(c, prev, s[i+1:]) {
+				prev = rune(c)
+				i++
+				continue
+			}
+			fallthrough
+		case asciiSep:
+			if start >= 0 {
+				dst = append(dst, s[start:i])
+				start = -1
+			}
+			prev = rune(c)
 			i++
 			continue
 		}
@@ -56,10 +87,10 @@ func tokenize(text string, emit func(string)) {
 		switch {
 		case isIdeo(r):
 			if start >= 0 {
-				emit(s[start:i])
+				dst = append(dst, s[start:i])
 				start = -1
 			}
-			emit(s[i : i+n])
+			dst = append(dst, s[i:i+n])
 		case isWordRune(r):
 			if start < 0 {
 				start = i
@@ -70,7 +101,7 @@ func tokenize(text string, emit func(string)) {
 			// joiners and format controls never split a word
 		default:
 			if start >= 0 {
-				emit(s[start:i])
+				dst = append(dst, s[start:i])
 				start = -1
 			}
 		}
@@ -78,19 +109,60 @@ func tokenize(text string, emit func(string)) {
 		i += n
 	}
 	if start >= 0 {
-		emit(s[start:])
+		dst = append(dst, s[start:])
 	}
+	return dst
 }
+
+// isMidASCII is isMid for an ASCII r; it decides without decoding when prev
+// and the byte after r are ASCII too.
+func isMidASCII(c byte, prev rune, rest string) bool {
+	if len(rest) == 0 || prev >= utf8.RuneSelf || rest[0] >= utf8.RuneSelf {
+		return isMid(rune(c), prev, rest)
+	}
+	p, n := byte(prev), rest[0]
+	switch c {
+	case '\'', '.', ':':
+		if isASCIILetter(p) && isASCIILetter(n) {
+			return true
+		}
+	}
+	switch c {
+	case ',', '.', ';', '\'':
+		if '0' <= p && p <= '9' && '0' <= n && n <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // foldNFC case-folds and NFC-normalises. ASCII, the common case, needs
 // neither tables nor allocation beyond the lowered copy.
 func foldNFC(text string) string {
 	ascii, upper := true, false
-	for i := 0; i < len(text); i++ {
+	i := 0
+	// Eight bytes at a time: any high bit means non-ASCII; for ASCII bytes,
+	// b+0x3f has its high bit set iff b >= 'A' and b+0x25 iff b > 'Z', and
+	// neither sum carries into the next byte.
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(text); i += 8 {
+		b := text[i : i+8]
+		w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		if w&high != 0 {
+			ascii = false
+			break
+		}
+		if (w+0x3f*ones)&^(w+0x25*ones)&high != 0 {
+			upper = true
+		}
+	}
+	for ; ascii && i < len(text); i++ {
 		c := text[i]
 		if c >= utf8.RuneSelf {
 			ascii = false
-			break
 		}
 		if 'A' <= c && c <= 'Z' {
 			upper = true
@@ -157,7 +229,9 @@ func isMid(r, prev rune, rest string) bool {
 
 // docTerms is one record's contribution to the text index.
 type docTerms struct {
-	lens  [NumFields]uint32
+	lens [NumFields]uint32
+	// terms holds one entry per (term, field) the record contains, grouped
+	// by term: a term's fields are adjacent, in ascending order.
 	terms []fieldTerm
 }
 
@@ -169,48 +243,109 @@ type fieldTerm struct {
 
 const neutralText = "neutral"
 
+// analyzer is the scratch space of analyze: the tokens of one field and a
+// small open-addressing table over the record's distinct terms.
+type analyzer struct {
+	toks  []string
+	slots []uint32 // index+1 into dist; 0 is empty
+	dist  []distinctTerm
+	pairs int // (term, field) pairs so far
+}
+
+type distinctTerm struct {
+	term   string
+	hash   uint32
+	fields uint8 // bit f set: the term occurs in field f
+	tf     [NumFields]uint32
+}
+
+const analyzerSlots = 256 // twice the distinct terms of a large record
+
+var analyzers = sync.Pool{New: func() any {
+	return &analyzer{slots: make([]uint32, analyzerSlots)}
+}}
+
+var analyzeSeed = maphash.MakeSeed()
+
 func analyze(texts [NumFields]string) docTerms {
 	var d docTerms
-	d.terms = make([]fieldTerm, 0, 16*NumFields)
-	var counts map[string]int // term → index in d.terms, for long fields only
+	a := analyzers.Get().(*analyzer)
 	for f, t := range texts {
 		if t == neutralText {
 			// The protocol's placeholder for an unfilled field says nothing
 			// about the record and would only dilute the field's statistics.
 			continue
 		}
-		first := len(d.terms)
-		if counts != nil {
-			clear(counts)
+		a.toks = appendTokens(a.toks[:0], t)
+		d.lens[f] = uint32(len(a.toks))
+		for _, tok := range a.toks {
+			a.count(tok, f)
 		}
-		tokenize(t, func(tok string) {
-			d.lens[f]++
-			// Fields are short: a scan over this field's distinct terms is
-			// cheaper than a map until there are dozens of them.
-			if counts == nil && len(d.terms)-first <= 32 {
-				for i := first; i < len(d.terms); i++ {
-					if d.terms[i].term == tok {
-						d.terms[i].tf++
-						return
-					}
-				}
-			} else {
-				if counts == nil {
-					counts = make(map[string]int, 64)
-				}
-				if len(counts) == 0 {
-					for i := first; i < len(d.terms); i++ {
-						counts[d.terms[i].term] = i
-					}
-				}
-				if i, ok := counts[tok]; ok {
-					d.terms[i].tf++
-					return
-				}
-				counts[tok] = len(d.terms)
-			}
-			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: 1})
-		})
+	}
+	d.terms = make([]fieldTerm, a.pairs)
+	n := 0
+	for i := range a.dist {
+		e := &a.dist[i]
+		for m := e.fields; m != 0; m &= m - 1 {
+			f := bits.TrailingZeros8(m)
+			ft := &d.terms[n]
+			ft.term, ft.field, ft.tf = e.term, uint8(f), e.tf[f]
+			n++
+		}
+	}
+	// Drop the references to this record's texts before the scratch is
+	// reused; a table grown for an unusually long record is not kept.
+	clear(a.toks)
+	a.toks = a.toks[:0]
+	clear(a.dist)
+	a.dist = a.dist[:0]
+	a.pairs = 0
+	if len(a.slots) <= 4*analyzerSlots {
+		clear(a.slots)
+		analyzers.Put(a)
 	}
 	return d
+}
+
+// count adds one occurrence of tok in field f.
+func (a *analyzer) count(tok string, f int) {
+	h := uint32(maphash.String(analyzeSeed, tok))
+	mask := uint32(len(a.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := a.slots[i]
+		if s == 0 {
+			// Field by field: a composite literal here is built on the
+			// stack and copied, which stalls on store forwarding.
+			a.dist = append(a.dist, distinctTerm{})
+			e := &a.dist[len(a.dist)-1]
+			e.term, e.hash, e.fields = tok, h, 1<<f
+			e.tf[f] = 1
+			a.slots[i] = uint32(len(a.dist))
+			a.pairs++
+			if 2*len(a.dist) > len(a.slots) {
+				a.grow()
+			}
+			return
+		}
+		if e := &a.dist[s-1]; e.hash == h && e.term == tok {
+			if e.fields&(1<<f) == 0 {
+				e.fields |= 1 << f
+				a.pairs++
+			}
+			e.tf[f]++
+			return
+		}
+	}
+}
+
+func (a *analyzer) grow() {
+	a.slots = make([]uint32, 2*len(a.slots))
+	mask := uint32(len(a.slots) - 1)
+	for j := range a.dist {
+		i := a.dist[j].hash & mask
+		for a.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		a.slots[i] = uint32(j + 1)
+	}
 }
