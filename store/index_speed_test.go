@@ -263,3 +263,116 @@ func TestFoldNFCASCII(t *testing.T) {
 		}
 	}
 }
+
+// postingsOf is the posting list and document frequencies of term t.
+func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok bool) {
+	pl := x.terms[t]
+	if pl == nil {
+		return nil, df, false
+	}
+	return pl.post, pl.df, true
+}
+
+// TestIndexMatchesReference builds an index from records, purges some and
+// adds more, and compares every posting list, in order, and every document
+// frequency with a plain reference built from analyzeRef.
+func TestIndexMatchesReference(t *testing.T) {
+	type refList struct {
+		post []uint64
+		df   [NumFields]int32
+	}
+	x := newTextIndex()
+	ref := map[string]*refList{}
+	var ids []string // reference document ids, as the index assigns them
+	c := newCorpus(12)
+	var entries []Entry
+	add := func(e Entry) {
+		x.add(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
+		id := uint32(len(ids))
+		ids = append(ids, e.Key)
+		d := analyzeRef(e.Texts)
+		for _, ft := range d.terms {
+			r := ref[ft.term]
+			if r == nil {
+				r = &refList{}
+				ref[ft.term] = r
+			}
+			r.post = append(r.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
+			r.df[ft.field]++
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if n := x.termCount(); n != len(ref) {
+			t.Fatalf("%s: %d terms, reference %d", when, n, len(ref))
+		}
+		for term, r := range ref {
+			post, df, ok := x.postingsOf(term)
+			if !ok || df != r.df || !slices.Equal(post, r.post) {
+				t.Fatalf("%s: term %q: df %v postings %x, reference df %v postings %x", when, term, df, post, r.df, r.post)
+			}
+		}
+	}
+	for i := range 3000 {
+		e := c.record(i, testBase+int64(i))
+		if i%7 == 0 {
+			e.Texts[i%NumFields] = neutralText
+		}
+		if i%11 == 0 {
+			e.Texts[2] = "Héllo WORLD, can't 3.14 東京 " + e.Texts[2] + " " + e.Texts[0]
+		}
+		entries = append(entries, e)
+		add(e)
+	}
+	check("after adding")
+
+	// Purge two thirds; the index compacts, renumbering documents.
+	var keys []string
+	var dts []docTerms
+	gone := map[string]bool{}
+	for i, e := range entries {
+		if i%3 != 0 {
+			keys = append(keys, e.Key)
+			dts = append(dts, analyze(e.Texts))
+			gone[e.Key] = true
+		}
+	}
+	x.remove(keys, dts)
+	renum := map[uint32]uint32{}
+	var kept []string
+	for id, k := range ids {
+		if !gone[k] {
+			renum[uint32(id)] = uint32(len(kept))
+			kept = append(kept, k)
+		}
+	}
+	ids = kept
+	for term, r := range ref {
+		var post []uint64
+		var df [NumFields]int32
+		for _, p := range r.post {
+			if n, ok := renum[uint32(p>>32)]; ok {
+				post = append(post, uint64(n)<<32|p&(1<<32-1))
+				df[(p>>29)&7]++
+			}
+		}
+		if len(post) == 0 {
+			delete(ref, term)
+			continue
+		}
+		r.post, r.df = post, df
+	}
+	if len(x.docs) != len(ids) {
+		t.Fatalf("%d document slots after compaction, want %d", len(x.docs), len(ids))
+	}
+	check("after purging")
+	for i := 3000; i < 4000; i++ {
+		add(c.record(i, testBase+int64(i)))
+	}
+	check("after adding again")
+	for i, k := range ids {
+		if !x.has(k) || x.docs[i].key != k {
+			t.Fatalf("document %d is %q, want %q", i, x.docs[i].key, k)
+		}
+	}
+}

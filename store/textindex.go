@@ -138,16 +138,22 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 	for f, l := range d.lens {
 		x.totalLen[f] += int64(l)
 	}
-	for _, ft := range d.terms {
-		pl := x.terms[ft.term]
+	// analyze puts a term's fields next to each other: one lookup each.
+	terms := d.terms
+	for i := 0; i < len(terms); {
+		t := terms[i].term
+		pl := x.terms[t]
 		if pl == nil {
 			pl = &postingList{}
 			// A copy: the token is a slice of the record's texts, which the
 			// key would otherwise keep in memory for as long as the term lives.
-			x.terms[strings.Clone(ft.term)] = pl
+			x.terms[strings.Clone(t)] = pl
 		}
-		pl.post = append(pl.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
-		pl.df[ft.field]++
+		for ; i < len(terms) && terms[i].term == t; i++ {
+			ft := &terms[i]
+			pl.post = append(pl.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
+			pl.df[ft.field]++
+		}
 	}
 }
 
