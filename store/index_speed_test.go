@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -154,6 +155,7 @@ func BenchmarkIndexAddCold(b *testing.B) {
 // ASCII fast path.
 func analyzeRef(texts [NumFields]string) docTerms {
 	var d docTerms
+	var tf []int
 	for f, t := range texts {
 		if t == neutralText {
 			continue
@@ -164,12 +166,16 @@ func analyzeRef(texts [NumFields]string) docTerms {
 			d.lens[f]++
 			for i := first; i < len(d.terms); i++ {
 				if d.terms[i].term == tok {
-					d.terms[i].tf++
+					tf[i]++
 					continue next
 				}
 			}
-			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f), tf: 1})
+			d.terms = append(d.terms, fieldTerm{term: tok, field: uint8(f)})
+			tf = append(tf, 1)
 		}
+	}
+	for i := range d.terms {
+		d.terms[i].tf = uint16(min(tf[i], math.MaxUint16))
 	}
 	return d
 }
@@ -208,6 +214,15 @@ func sameAnalysis(got, want docTerms) error {
 		done[ft.term] = true
 	}
 	return nil
+}
+
+func TestAnalyzeSaturatesTF(t *testing.T) {
+	var texts [NumFields]string
+	texts[3] = strings.Repeat("a ", 70000) + "b"
+	d := analyze(texts)
+	if len(d.terms) != 2 || d.terms[0].tf != math.MaxUint16 || d.terms[1].tf != 1 || d.lens[3] != 70001 {
+		t.Fatalf("lens %v, terms %+v", d.lens, d.terms)
+	}
 }
 
 func TestAnalyzeMatchesReference(t *testing.T) {
@@ -319,7 +334,7 @@ func TestIndexMatchesReference(t *testing.T) {
 				r = &refList{}
 				ref[ft.term] = r
 			}
-			r.post = append(r.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
+			r.post = append(r.post, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
 			r.df[ft.field]++
 		}
 	}

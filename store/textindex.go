@@ -151,7 +151,7 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 		}
 		for ; i < len(terms) && terms[i].term == t; i++ {
 			ft := &terms[i]
-			pl.post = append(pl.post, packPosting(id, ft.field, ft.tf, d.lens[ft.field]))
+			pl.post = append(pl.post, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
 			pl.df[ft.field]++
 		}
 	}

@@ -1,8 +1,9 @@
 package store
 
 import (
-	"hash/maphash"
+	"math"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -237,8 +238,9 @@ type docTerms struct {
 
 type fieldTerm struct {
 	term  string
+	hash  uint32 // termHash(term)
+	tf    uint16 // saturating; postings keep at most tfMax anyway
 	field uint8
-	tf    uint32
 }
 
 const neutralText = "neutral"
@@ -265,8 +267,6 @@ var analyzers = sync.Pool{New: func() any {
 	return &analyzer{slots: make([]uint32, analyzerSlots)}
 }}
 
-var analyzeSeed = maphash.MakeSeed()
-
 func analyze(texts [NumFields]string) docTerms {
 	var d docTerms
 	a := analyzers.Get().(*analyzer)
@@ -289,7 +289,7 @@ func analyze(texts [NumFields]string) docTerms {
 		for m := e.fields; m != 0; m &= m - 1 {
 			f := bits.TrailingZeros8(m)
 			ft := &d.terms[n]
-			ft.term, ft.field, ft.tf = e.term, uint8(f), e.tf[f]
+			ft.term, ft.hash, ft.field, ft.tf = e.term, e.hash, uint8(f), uint16(min(e.tf[f], math.MaxUint16))
 			n++
 		}
 	}
@@ -309,7 +309,7 @@ func analyze(texts [NumFields]string) docTerms {
 
 // count adds one occurrence of tok in field f.
 func (a *analyzer) count(tok string, f int) {
-	h := uint32(maphash.String(analyzeSeed, tok))
+	h := termHash(tok)
 	mask := uint32(len(a.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := a.slots[i]
@@ -348,4 +348,50 @@ func (a *analyzer) grow() {
 		}
 		a.slots[i] = uint32(j + 1)
 	}
+}
+
+// termHash hashes a term for analyze's table and the text index's: a
+// wyhash-style multiply-mix like the runtime's map hash where AES is
+// missing, about twice as fast as hash/maphash on short strings, keyed per
+// process so that records cannot be made to collide on purpose.
+func termHash(p string) uint32 {
+	seed := hashKey[0]
+	n := len(p)
+	var a, b uint64
+	switch {
+	case n == 0:
+	case n < 4:
+		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
+	case n <= 8:
+		a = uint64(load32(p))
+		b = uint64(load32(p[n-4:]))
+	case n <= 16:
+		a = load64(p)
+		b = load64(p[n-8:])
+	default:
+		for i := 0; n-i > 16; i += 16 {
+			seed = mix(load64(p[i:])^hashKey[1], load64(p[i+8:])^seed)
+		}
+		a = load64(p[n-16:])
+		b = load64(p[n-8:])
+	}
+	return uint32(mix(hashKey[1]^uint64(n), mix(a^hashKey[1], b^seed)))
+}
+
+var hashKey = [2]uint64{rand.Uint64(), rand.Uint64()}
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+func load32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
