@@ -303,7 +303,7 @@ func TestFoldNFCASCII(t *testing.T) {
 
 // postingsOf is the posting list and document frequencies of term t.
 func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok bool) {
-	pl := x.terms[t]
+	pl := x.terms.get(t, termHash(t))
 	if pl == nil {
 		return nil, df, false
 	}
@@ -411,5 +411,71 @@ func TestIndexMatchesReference(t *testing.T) {
 		if !x.has(k) || x.docs[i].key != k {
 			t.Fatalf("document %d is %q, want %q", i, x.docs[i].key, k)
 		}
+	}
+}
+
+// TestTermTable inserts and deletes at random in a table kept small and
+// crowded, so runs are long and wrap around, and compares every lookup
+// with a map.
+func TestTermTable(t *testing.T) {
+	var tt termTable
+	ref := map[string]int{} // term → its list's first posting
+	rng := rand.New(rand.NewPCG(13, 13))
+	// Besides words anywhere, crowd the last and first slots, so runs wrap.
+	var pool []string
+	var atEnd, atStart, elsewhere int
+	for k := 0; atEnd < 40 || atStart < 40; k++ {
+		w := strconv.Itoa(k)
+		switch home := termHash(w) & 1023; {
+		case home >= 1016:
+			if atEnd++; atEnd > 40 {
+				continue
+			}
+		case home < 8:
+			if atStart++; atStart > 40 {
+				continue
+			}
+		default:
+			if elsewhere++; elsewhere > 600 {
+				continue
+			}
+		}
+		pool = append(pool, w)
+	}
+	word := func() string { return pool[rng.IntN(len(pool))] }
+	for op := range 200000 {
+		w := word()
+		h := termHash(w)
+		i, ok := tt.find(w, h)
+		if _, want := ref[w]; ok != want {
+			t.Fatalf("op %d: find(%q) = %v, want %v", op, w, ok, want)
+		}
+		switch {
+		case !ok && len(ref) < 500:
+			pl := tt.insert(i, w, h)
+			pl.post = append(pl.post, uint64(op))
+			ref[w] = op
+		case ok:
+			if got := tt.lists[tt.slots[i].list-1]; got.term != w || got.post[0] != uint64(ref[w]) {
+				t.Fatalf("op %d: %q finds %q %v, want posting %d", op, w, got.term, got.post, ref[w])
+			}
+			if rng.IntN(2) == 0 {
+				tt.delete(i)
+				delete(ref, w)
+			}
+		}
+		if tt.n != len(ref) {
+			t.Fatalf("op %d: %d terms, want %d", op, tt.n, len(ref))
+		}
+		if op%1000 == 0 {
+			for w, first := range ref {
+				if pl := tt.get(w, termHash(w)); pl == nil || pl.post[0] != uint64(first) {
+					t.Fatalf("op %d: %q lost", op, w)
+				}
+			}
+		}
+	}
+	if len(tt.slots) != 1024 {
+		t.Fatalf("table grew to %d slots; the test means to keep it crowded", len(tt.slots))
 	}
 }

@@ -19,7 +19,7 @@ import (
 // in well under a millisecond per term, which posting keys in badger cannot.
 type textIndex struct {
 	mu       sync.RWMutex
-	terms    map[string]*postingList
+	terms    termTable
 	docs     []docInfo
 	byKey    map[string]uint32
 	groups   map[string]string // interned group names
@@ -38,8 +38,112 @@ type textIndex struct {
 // field length in the posting lets BM25 score a posting without touching
 // the document table, which is what makes long posting lists cheap.
 type postingList struct {
+	// What adding a posting touches comes first, within 52 bytes.
+	post []uint64 // empty only in a free slot of termTable.lists
 	df   [NumFields]int32
-	post []uint64
+	term string
+}
+
+// termTable maps terms to their posting lists. It is a hash table with
+// linear probing whose 8-byte slots hold a term's hash and the index of its
+// list, and the lists are stored by value, so finding a term touches a slot,
+// its list and the term's bytes, where a map[string]*postingList also reads
+// a group's control word and follows a pointer to a list allocated on its
+// own. A slot matches only if the term's bytes do, so terms never merge.
+type termTable struct {
+	slots []termSlot
+	lists []postingList
+	free  []uint32 // indices of lists freed by remove, for reuse
+	n     int      // terms
+}
+
+type termSlot struct {
+	hash uint32 // termHash of the term
+	list uint32 // index in lists + 1; 0 marks an empty slot
+}
+
+// find returns the slot of term t (hash h, which must be termHash(t)) and
+// whether t is there; if not, the slot is the empty one where t belongs.
+func (tt *termTable) find(t string, h uint32) (int, bool) {
+	if len(tt.slots) == 0 {
+		return -1, false
+	}
+	mask := len(tt.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		sl := tt.slots[i]
+		if sl.list == 0 {
+			return i, false
+		}
+		if sl.hash == h && tt.lists[sl.list-1].term == t {
+			return i, true
+		}
+	}
+}
+
+// get returns t's posting list, or nil.
+func (tt *termTable) get(t string, h uint32) *postingList {
+	if i, ok := tt.find(t, h); ok {
+		return &tt.lists[tt.slots[i].list-1]
+	}
+	return nil
+}
+
+// insert adds term t, which must not be there, with an empty list, and
+// returns the list. Slot i is what find returned for it.
+func (tt *termTable) insert(i int, t string, h uint32) *postingList {
+	if 2*(tt.n+1) > len(tt.slots) {
+		tt.grow()
+		i, _ = tt.find(t, h)
+	}
+	var l uint32
+	if k := len(tt.free); k > 0 {
+		l = tt.free[k-1]
+		tt.free = tt.free[:k-1]
+	} else {
+		tt.lists = append(tt.lists, postingList{})
+		l = uint32(len(tt.lists) - 1)
+	}
+	tt.slots[i] = termSlot{hash: h, list: l + 1}
+	tt.n++
+	pl := &tt.lists[l]
+	pl.term = t
+	return pl
+}
+
+func (tt *termTable) grow() {
+	old := tt.slots
+	tt.slots = make([]termSlot, max(2*len(old), 1024))
+	mask := len(tt.slots) - 1
+	for _, sl := range old {
+		if sl.list == 0 {
+			continue
+		}
+		i := int(sl.hash) & mask
+		for tt.slots[i].list != 0 {
+			i = (i + 1) & mask
+		}
+		tt.slots[i] = sl
+	}
+}
+
+// delete removes the term in slot i and frees its list.
+func (tt *termTable) delete(i int) {
+	l := tt.slots[i].list - 1
+	tt.lists[l] = postingList{}
+	tt.free = append(tt.free, l)
+	tt.n--
+	// Move back any later slot of the run that may now sit in i, so every
+	// term stays reachable from its home slot without tombstones.
+	mask := len(tt.slots) - 1
+	for j := (i + 1) & mask; tt.slots[j].list != 0; j = (j + 1) & mask {
+		home := int(tt.slots[j].hash) & mask
+		// The slot may move to i unless its home lies cyclically in (i, j].
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			tt.slots[i] = tt.slots[j]
+			i = j
+		}
+	}
+	tt.slots[i] = termSlot{}
 }
 
 const (
@@ -95,7 +199,6 @@ func (x *textIndex) partTab(sc *scoreScratch, part func(f int, tf, fl uint32) fl
 
 func newTextIndex() *textIndex {
 	return &textIndex{
-		terms:    map[string]*postingList{},
 		byKey:    map[string]uint32{},
 		groups:   map[string]string{},
 		tableMin: partTableMin,
@@ -105,7 +208,7 @@ func newTextIndex() *textIndex {
 func (x *textIndex) termCount() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.terms)
+	return x.terms.n
 }
 
 // has reports whether key is indexed (i.e. stored).
@@ -141,13 +244,15 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 	// analyze puts a term's fields next to each other: one lookup each.
 	terms := d.terms
 	for i := 0; i < len(terms); {
-		t := terms[i].term
-		pl := x.terms[t]
-		if pl == nil {
-			pl = &postingList{}
+		t, h := terms[i].term, terms[i].hash
+		var pl *postingList
+		if j, ok := x.terms.find(t, h); ok {
+			pl = &x.terms.lists[x.terms.slots[j].list-1]
+		} else {
 			// A copy: the token is a slice of the record's texts, which the
-			// key would otherwise keep in memory for as long as the term lives.
-			x.terms[strings.Clone(t)] = pl
+			// table would otherwise keep in memory for as long as the term
+			// lives.
+			pl = x.terms.insert(j, strings.Clone(t), h)
 		}
 		for ; i < len(terms) && terms[i].term == t; i++ {
 			ft := &terms[i]
@@ -163,7 +268,7 @@ func (x *textIndex) remove(keys []string, terms []docTerms) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	dead := map[uint32]struct{}{}
-	affected := map[string]struct{}{}
+	affected := map[string]uint32{} // term → hash
 	for i, k := range keys {
 		id, ok := x.byKey[k]
 		if !ok || !x.docs[id].alive {
@@ -178,14 +283,15 @@ func (x *textIndex) remove(keys []string, terms []docTerms) {
 		delete(x.byKey, k)
 		dead[id] = struct{}{}
 		for _, ft := range terms[i].terms {
-			affected[ft.term] = struct{}{}
+			affected[ft.term] = ft.hash
 		}
 	}
-	for t := range affected {
-		pl := x.terms[t]
-		if pl == nil {
+	for t, h := range affected {
+		j, ok := x.terms.find(t, h)
+		if !ok {
 			continue
 		}
+		pl := &x.terms.lists[x.terms.slots[j].list-1]
 		kept := pl.post[:0]
 		for _, p := range pl.post {
 			if _, gone := dead[uint32(p>>32)]; gone {
@@ -196,7 +302,7 @@ func (x *textIndex) remove(keys []string, terms []docTerms) {
 		}
 		pl.post = kept
 		if len(kept) == 0 {
-			delete(x.terms, t)
+			x.terms.delete(j)
 		}
 	}
 	// Dead doc slots stay (ids are positions); compact when they dominate so
@@ -216,7 +322,8 @@ func (x *textIndex) compactLocked() {
 			docs = append(docs, d)
 		}
 	}
-	for _, pl := range x.terms {
+	for l := range x.terms.lists {
+		pl := &x.terms.lists[l]
 		for i, p := range pl.post {
 			pl.post[i] = uint64(remap[p>>32])<<32 | p&(1<<32-1)
 		}
@@ -389,7 +496,7 @@ func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideL
 	}
 	var qs []qterm
 	for _, t := range qterms {
-		pl := x.terms[t]
+		pl := x.terms.get(t, termHash(t))
 		if pl == nil {
 			continue
 		}
@@ -597,7 +704,12 @@ func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[
 		}
 	}
 	postings = map[string]map[string]struct{}{}
-	for t, pl := range x.terms {
+	for l := range x.terms.lists {
+		pl := &x.terms.lists[l]
+		if len(pl.post) == 0 {
+			continue
+		}
+		t := pl.term
 		set := make(map[string]struct{}, len(pl.post))
 		var df [NumFields]int32
 		for _, p := range pl.post {
