@@ -456,7 +456,7 @@ func TestTermTable(t *testing.T) {
 			pl.post = append(pl.post, uint64(op))
 			ref[w] = op
 		case ok:
-			if got := tt.lists[tt.slots[i].list-1]; got.term != w || got.post[0] != uint64(ref[w]) {
+			if got := tt.inSlot(i); got.term != w || got.post[0] != uint64(ref[w]) {
 				t.Fatalf("op %d: %q finds %q %v, want posting %d", op, w, got.term, got.post, ref[w])
 			}
 			if rng.IntN(2) == 0 {

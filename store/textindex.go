@@ -52,10 +52,19 @@ type postingList struct {
 // own. A slot matches only if the term's bytes do, so terms never merge.
 type termTable struct {
 	slots []termSlot
-	lists []postingList
-	free  []uint32 // indices of lists freed by remove, for reuse
-	n     int      // terms
+	// lists come in chunks of listChunk, so that adding terms never copies
+	// the lists already there (as growing one slice would, under the lock).
+	lists  [][]postingList
+	nlists int      // lists handed out, free ones included
+	free   []uint32 // indices of lists freed by remove, for reuse
+	n      int      // terms
 }
+
+const listChunk = 512
+
+// list returns list l; inSlot, the list of slot i.
+func (tt *termTable) list(l uint32) *postingList { return &tt.lists[l/listChunk][l%listChunk] }
+func (tt *termTable) inSlot(i int) *postingList  { return tt.list(tt.slots[i].list - 1) }
 
 type termSlot struct {
 	hash uint32 // termHash of the term
@@ -74,7 +83,7 @@ func (tt *termTable) find(t string, h uint32) (int, bool) {
 		if sl.list == 0 {
 			return i, false
 		}
-		if sl.hash == h && tt.lists[sl.list-1].term == t {
+		if sl.hash == h && tt.list(sl.list-1).term == t {
 			return i, true
 		}
 	}
@@ -83,7 +92,7 @@ func (tt *termTable) find(t string, h uint32) (int, bool) {
 // get returns t's posting list, or nil.
 func (tt *termTable) get(t string, h uint32) *postingList {
 	if i, ok := tt.find(t, h); ok {
-		return &tt.lists[tt.slots[i].list-1]
+		return tt.inSlot(i)
 	}
 	return nil
 }
@@ -100,12 +109,15 @@ func (tt *termTable) insert(i int, t string, h uint32) *postingList {
 		l = tt.free[k-1]
 		tt.free = tt.free[:k-1]
 	} else {
-		tt.lists = append(tt.lists, postingList{})
-		l = uint32(len(tt.lists) - 1)
+		if tt.nlists%listChunk == 0 {
+			tt.lists = append(tt.lists, make([]postingList, listChunk))
+		}
+		l = uint32(tt.nlists)
+		tt.nlists++
 	}
 	tt.slots[i] = termSlot{hash: h, list: l + 1}
 	tt.n++
-	pl := &tt.lists[l]
+	pl := tt.list(l)
 	pl.term = t
 	return pl
 }
@@ -129,7 +141,7 @@ func (tt *termTable) grow() {
 // delete removes the term in slot i and frees its list.
 func (tt *termTable) delete(i int) {
 	l := tt.slots[i].list - 1
-	tt.lists[l] = postingList{}
+	*tt.list(l) = postingList{}
 	tt.free = append(tt.free, l)
 	tt.n--
 	// Move back any later slot of the run that may now sit in i, so every
@@ -247,7 +259,7 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 		t, h := terms[i].term, terms[i].hash
 		var pl *postingList
 		if j, ok := x.terms.find(t, h); ok {
-			pl = &x.terms.lists[x.terms.slots[j].list-1]
+			pl = x.terms.inSlot(j)
 		} else {
 			// A copy: the token is a slice of the record's texts, which the
 			// table would otherwise keep in memory for as long as the term
@@ -291,7 +303,7 @@ func (x *textIndex) remove(keys []string, terms []docTerms) {
 		if !ok {
 			continue
 		}
-		pl := &x.terms.lists[x.terms.slots[j].list-1]
+		pl := x.terms.inSlot(j)
 		kept := pl.post[:0]
 		for _, p := range pl.post {
 			if _, gone := dead[uint32(p>>32)]; gone {
@@ -322,10 +334,12 @@ func (x *textIndex) compactLocked() {
 			docs = append(docs, d)
 		}
 	}
-	for l := range x.terms.lists {
-		pl := &x.terms.lists[l]
-		for i, p := range pl.post {
-			pl.post[i] = uint64(remap[p>>32])<<32 | p&(1<<32-1)
+	for _, chunk := range x.terms.lists {
+		for l := range chunk {
+			post := chunk[l].post
+			for i, p := range post {
+				post[i] = uint64(remap[p>>32])<<32 | p&(1<<32-1)
+			}
 		}
 	}
 	x.docs = docs
@@ -704,24 +718,29 @@ func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[
 		}
 	}
 	postings = map[string]map[string]struct{}{}
-	for l := range x.terms.lists {
-		pl := &x.terms.lists[l]
-		if len(pl.post) == 0 {
-			continue
+	for _, chunk := range x.terms.lists {
+		for l := range chunk {
+			if pl := &chunk[l]; len(pl.post) > 0 {
+				postings[pl.term] = x.snapshotList(pl)
+			}
 		}
-		t := pl.term
-		set := make(map[string]struct{}, len(pl.post))
-		var df [NumFields]int32
-		for _, p := range pl.post {
-			d := x.docs[p>>32]
-			_, f, tf, fl := unpackPosting(p)
-			set[fmt.Sprintf("%s/%d/%d/%d/%t", d.key, f, tf, fl, d.alive)] = struct{}{}
-			df[(p>>29)&7]++
-		}
-		if df != pl.df {
-			set[fmt.Sprintf("df mismatch %v != %v", pl.df, df)] = struct{}{}
-		}
-		postings[t] = set
 	}
 	return docs, postings
+}
+
+// snapshotList renders one term's postings, and any disagreement with its
+// document frequencies.
+func (x *textIndex) snapshotList(pl *postingList) map[string]struct{} {
+	set := make(map[string]struct{}, len(pl.post))
+	var df [NumFields]int32
+	for _, p := range pl.post {
+		d := x.docs[p>>32]
+		_, f, tf, fl := unpackPosting(p)
+		set[fmt.Sprintf("%s/%d/%d/%d/%t", d.key, f, tf, fl, d.alive)] = struct{}{}
+		df[(p>>29)&7]++
+	}
+	if df != pl.df {
+		set[fmt.Sprintf("df mismatch %v != %v", pl.df, df)] = struct{}{}
+	}
+	return set
 }
