@@ -139,6 +139,8 @@ type Store struct {
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
 	indexed    watermark
+	// loadedKeys are the stored keys found at Open, handed to the writer.
+	loadedKeys map[string]struct{}
 }
 
 // Open opens (creating if needed) the store in dir. It refuses to open a
@@ -331,6 +333,7 @@ func (s *Store) upgradeFromV1() error {
 // load counts records and rebuilds the in-memory text index from them.
 func (s *Store) load(ctx context.Context) error {
 	var n int64
+	s.loadedKeys = map[string]struct{}{}
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})
 		defer it.Close()
@@ -350,6 +353,7 @@ func (s *Store) load(ctx context.Context) error {
 			}
 			s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
 			s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+			s.loadedKeys[rec.Key] = struct{}{}
 			n++
 		}
 		return nil

@@ -85,8 +85,13 @@ type undo struct {
 
 // writerState is owned by the writer goroutine.
 type writerState struct {
-	s    *Store
-	ov   map[string]ovEntry
+	s  *Store
+	ov map[string]ovEntry
+	// known holds the key of every stored record, including those of
+	// batches not yet durable: the duplicate check of a put reads it
+	// without a lock, where the text index would make the writer wait
+	// while the indexer holds it.
+	known map[string]struct{}
 	rtxn *badger.Txn // read view of badger; renewed after each applied batch
 	seq  uint64
 	undo []undo
@@ -211,7 +216,8 @@ func (w *writerState) applied(b *batch) {
 
 func (s *Store) writer() {
 	defer close(s.wdone)
-	w := &writerState{s: s, ov: map[string]ovEntry{}}
+	w := &writerState{s: s, ov: map[string]ovEntry{}, known: s.loadedKeys}
+	s.loadedKeys = nil
 	defer func() {
 		if w.rtxn != nil {
 			w.rtxn.Discard()
@@ -586,12 +592,10 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		}
 		jobs = append(jobs, newJob(ctx, size, func(t *wtx) (func(), error) {
 			rk := recKey(rec.Key)
-			// Every record in badger is in the text index (Check proves it)
-			// or, until the writer hears it was applied, in the overlay, so a
-			// key in neither is new without a badger lookup.
+			// A key the writer does not know is new without a lookup.
 			var v []byte
 			found, err := false, error(nil)
-			if _, pending := t.w.ov[string(rk)]; pending || s.idx.has(rec.Key) {
+			if _, ok := t.w.known[rec.Key]; ok {
 				v, found, err = t.get(rk)
 			}
 			if err != nil {
@@ -609,6 +613,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			for _, k := range ikeys {
 				t.set(k, nil)
 			}
+			t.w.known[rec.Key] = struct{}{}
 			r.Record = rec
 			t.count(1)
 			return func() {
