@@ -92,9 +92,9 @@ type writerState struct {
 	// without a lock, where the text index would make the writer wait
 	// while the indexer holds it.
 	known map[string]struct{}
-	rtxn *badger.Txn // read view of badger; renewed after each applied batch
-	seq  uint64
-	undo []undo
+	rtxn  *badger.Txn // read view of badger; renewed after each applied batch
+	seq   uint64
+	undo  []undo
 }
 
 // wtx is what a job sees while it is applied.
