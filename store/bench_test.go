@@ -90,33 +90,23 @@ func (c *corpus) record(i int, at int64) Entry {
 // BenchmarkPut1KB measures durable puts of ~1 KB records by synchronous
 // writers: each waits for its acknowledgement before the next put.
 //
-// What bounds it, measured on the 2-core VM this was tuned on (ext4, virtio
-// disk with a write-back cache and no FUA, so every sync is write + flush):
+// The path a synchronous put waits on (writer.go): the caller encodes the
+// record; the writer goroutine checks for a duplicate and adds it to the
+// batch being built; the syncer writes the batch as one log frame with
+// O_DIRECT|O_DSYNC while, at the same time, badger applies it; then the
+// callers are acknowledged. Tokenising and the in-memory indexes run after
+// that on the indexer goroutine, so they cost CPU but not latency.
 //
-//   - one fdatasync of a few KB into preallocated space: 170-230 µs wall
-//     and ~100-120 µs of system CPU (measured alone with a write+fdatasync
-//     loop); the store's log frame costs exactly one per commit;
-//   - applying a durable batch: badger memtable ~50-60 µs, text index
-//     ~15 µs per record, the two overlapped: ~60-100 µs per batch of 8;
-//   - everything else per put (encode, tokenise, badger flush/compaction,
-//     GC): ~55-65 µs of CPU, which BenchmarkPut1KBPipelined shows when
-//     commits are large (the CPU ceiling on 2 cores is ~30,000 puts/s).
-//
-// One synchronous writer therefore waits ~190 + ~80 µs per put, plus its
-// own work: ~3,500 puts/s. Eight share one commit (~8 puts/commit; the
-// idle syncer waits up to 200 µs for writers just acknowledged), but they
-// cannot prepare their next puts while they wait for this one, so a cycle
-// is sync (~190) + apply (~90) + eight writers waking and preparing on two
-// cores, scheduler wake-ups included (~250) ≈ 500-600 µs per 8 puts, i.e.
-// 13,000-15,700 puts/s on a quiet machine. The alternative, two groups of
-// four overlapping each other's sync, pays twice the fdatasyncs (each
-// ~100 µs of CPU) and measured lower (8,700-10,000 puts/s). With the
-// fdatasync replaced by a no-op (an experiment, not durable) the same 8
-// writers reach only 18,000-22,100 puts/s: the part of the cycle that is
-// not the sync already costs ~350-450 µs per 8 puts, so with the ~190 µs sync
-// that cannot be hidden from synchronous writers, 20,000 puts/s with 8 of
-// them is out of reach on this disk and CPU. Writers that keep several
-// puts in flight reach it (see BenchmarkPut1KBPipelined).
+// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA): a log
+// frame write of ~20 KB takes ~165 µs alone and ~90 µs of CPU, 200-330 µs
+// under this load; badger's apply of 8 puts ~80-150 µs, overlapped with it;
+// 8 writers woken and preparing their next puts ~130 µs, which nothing can
+// overlap. Per put: ~10 µs of index work, ~5 µs tokenising, ~15 µs badger,
+// ~11 µs log write (a share of one), the rest encoding, the writer and
+// syncer hand-offs and GC: 55-75 µs of CPU, against 38-48 µs when writers
+// keep puts in flight and commits hold ~50 records (BenchmarkPut1KBPipelined).
+// 8 synchronous writers measured 16,300-18,200 puts/s over 1 s runs and
+// 16,800-23,500 over 100k puts (runs vary by ±15% on this shared VM).
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
