@@ -105,8 +105,9 @@ func (c *corpus) record(i int, at int64) Entry {
 // ~11 µs log write (a share of one), the rest encoding, the writer and
 // syncer hand-offs and GC: 55-75 µs of CPU, against 38-48 µs when writers
 // keep puts in flight and commits hold ~50 records (BenchmarkPut1KBPipelined).
-// 8 synchronous writers measured 16,300-18,200 puts/s over 1 s runs and
-// 16,800-23,500 over 100k puts (runs vary by ±15% on this shared VM).
+// 8 synchronous writers measured 18,200-25,400 puts/s over 1 s runs
+// (median of ten 21,200) and 18,400-19,300 sustained over 100k puts
+// (-benchtime 100000x); runs vary by ±15% on this shared VM.
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
