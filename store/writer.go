@@ -225,21 +225,14 @@ func (s *Store) writer() {
 	}()
 	toSync := make(chan *batch, 1)
 	synced := make(chan *batch, 1)
-	// indexed is buffered beyond the syncer's and indexer's queues, so the
-	// indexer never waits on the writer.
-	indexed := make(chan *batch, 2*indexQueue+4)
 	syncerDone := make(chan struct{})
-	go s.syncer(toSync, synced, indexed, syncerDone)
+	go s.syncer(toSync, synced, syncerDone)
 	defer func() {
 		close(toSync)
 		<-syncerDone
 	}()
 	var cur *batch
 	inflight := false
-	// unindexed counts batches handed to the syncer whose overlay entries
-	// must stay until the indexer is done with them: until then the text
-	// index cannot tell that their records are stored.
-	unindexed := 0
 	closing := s.closing
 	// expect counts jobs acknowledged since the syncer last took a batch
 	// whose callers have not sent a new job yet. Synchronous writers come
@@ -267,11 +260,10 @@ func (s *Store) writer() {
 				}
 				toSync <- cur
 				cur, inflight, expect = nil, true, 0
-				unindexed++
 				continue
 			}
 		}
-		if closing == nil && cur == nil && !inflight && unindexed == 0 {
+		if closing == nil && cur == nil && !inflight {
 			return
 		}
 		jobs := s.jobs
@@ -284,10 +276,8 @@ func (s *Store) writer() {
 			expect = max(expect-1, 0)
 		case b := <-synced:
 			inflight = false
-			expect += len(b.jobs)
-		case b := <-indexed:
-			unindexed--
 			w.applied(b)
+			expect += len(b.jobs)
 		case <-lingerC:
 			lingerC, expect = nil, 0
 		case <-closing:
@@ -311,10 +301,10 @@ const indexQueue = 4
 
 // syncer makes each batch durable, applies it to badger, acknowledges it and
 // passes it to the indexer.
-func (s *Store) syncer(in <-chan *batch, out, indexed chan<- *batch, done chan<- struct{}) {
+func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
-	go s.indexer(toIndex, indexed, indexerDone)
+	go s.indexer(toIndex, indexerDone)
 	defer func() {
 		close(toIndex)
 		<-indexerDone
@@ -366,9 +356,8 @@ func (s *Store) syncer(in <-chan *batch, out, indexed chan<- *batch, done chan<-
 }
 
 // indexer runs the after functions of batches badger has taken, in commit
-// order, and reports each batch done to Search and Check (s.indexed) and to
-// the writer.
-func (s *Store) indexer(in <-chan *batch, indexed chan<- *batch, done chan<- struct{}) {
+// order, and reports each batch done to Search, Scan and Check (s.indexed).
+func (s *Store) indexer(in <-chan *batch, done chan<- struct{}) {
 	defer close(done)
 	for b := range in {
 		if b.applied {
@@ -384,7 +373,6 @@ func (s *Store) indexer(in <-chan *batch, indexed chan<- *batch, done chan<- str
 			}
 		}
 		s.indexed.advance(b.seq)
-		indexed <- b
 	}
 }
 
