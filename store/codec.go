@@ -27,14 +27,6 @@ const (
 
 func recKey(k string) []byte { return append([]byte{pRec}, k...) }
 
-// be64 maps int64 onto uint64 so that byte order equals numeric order, also
-// for negative (pre-1970 or garbage) timestamps.
-func appendTS(b []byte, ms int64) []byte {
-	return binary.BigEndian.AppendUint64(b, uint64(ms)^(1<<63))
-}
-
-func readTS(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ (1 << 63)) }
-
 func edgeKey(p byte, from, to string) []byte {
 	b := make([]byte, 0, 2+len(from)+len(to))
 	b = append(b, p)

@@ -408,7 +408,7 @@ func TestIndexMatchesReference(t *testing.T) {
 	}
 	check("after adding again")
 	for i, k := range ids {
-		if !x.has(k) || x.docs[i].key != k {
+		if _, ok := x.byKey[k]; !ok || x.docs[i].key != k {
 			t.Fatalf("document %d is %q, want %q", i, x.docs[i].key, k)
 		}
 	}

@@ -223,14 +223,6 @@ func (x *textIndex) termCount() int {
 	return x.terms.n
 }
 
-// has reports whether key is indexed (i.e. stored).
-func (x *textIndex) has(key string) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	_, ok := x.byKey[key]
-	return ok
-}
-
 func (x *textIndex) add(key string, createdAt int64, group string, d docTerms) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
