@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -68,6 +69,10 @@ type batch struct {
 	count  int64 // change to the number of records
 	// applied: badger took the batch, so the index must too.
 	applied bool
+	// left counts the log write and the badger apply still running; their
+	// outcomes are werr and aerr.
+	left       atomic.Int32
+	werr, aerr error
 }
 
 // ovEntry is the latest write to a key by a batch not yet in badger.
@@ -299,65 +304,88 @@ func (s *Store) writer() {
 // before the syncer waits for it.
 const indexQueue = 4
 
-// syncer makes each batch durable, applies it to badger, acknowledges it and
-// passes it to the indexer.
+// syncer makes each batch durable and applies it to badger, both at once;
+// whichever of the two ends last acknowledges the batch (finish) and passes
+// it to the indexer.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
 	go s.indexer(toIndex, indexerDone)
 	defer func() {
+		// The writer closes in only once the last batch came back on out,
+		// which finish sends after handing it to the indexer.
 		close(toIndex)
 		<-indexerDone
 		close(done)
 	}()
 	var payload []byte
 	for b := range in {
-		if len(b.ops) > 0 {
-			payload = payload[:0]
-			for _, op := range b.ops {
-				payload = appendOp(payload, op)
-			}
-			err := s.broken()
+		if len(b.ops) == 0 {
+			s.finish(b, out, toIndex)
+			continue
+		}
+		if err := s.broken(); err != nil {
+			b.werr = err
+			s.finish(b, out, toIndex)
+			continue
+		}
+		payload = payload[:0]
+		for _, op := range b.ops {
+			payload = appendOp(payload, op)
+		}
+		// The writer hands over the next batch only after finish, so the
+		// payload buffer and the log are never used by two batches at once.
+		b.left.Store(2)
+		go func() {
+			err := s.wal.append(payload)
 			if err == nil {
-				werr := make(chan error, 1)
-				go func() {
-					err := s.wal.append(payload)
-					if err == nil {
-						err = s.wal.sync()
-					}
-					werr <- err
-				}()
-				// The log write is the longer of the two and what callers
-				// wait on: let it start now. Otherwise it waits in this P's
-				// queue until the apply blocks in badger (~80 µs on 2
-				// cores) while the other P runs the indexer.
-				runtime.Gosched()
-				aerr := s.applyLocked(b)
-				err = <-werr
-				if err == nil {
-					err = aerr
-				}
+				err = s.wal.sync()
 			}
-			if err == nil && s.wal.off >= s.walLimit {
-				err = s.checkpoint()
+			b.werr = err
+			if b.left.Add(-1) == 0 {
+				s.finish(b, out, toIndex)
 			}
-			if err != nil {
-				s.breakWith(err)
-				for i := range b.errs {
-					if b.errs[i] == nil {
-						b.errs[i] = fmt.Errorf("committing to store: %w", err)
-					}
-				}
-			}
+		}()
+		// The log write is the longer of the two and what callers wait on:
+		// let it start now. Otherwise it waits in this P's queue until the
+		// apply blocks in badger (~80 µs on 2 cores) while the other P runs
+		// the indexer.
+		runtime.Gosched()
+		b.aerr = s.applyLocked(b)
+		if b.left.Add(-1) == 0 {
+			s.finish(b, out, toIndex)
 		}
-		s.batches.Add(1)
-		s.batched.Add(int64(len(b.jobs)))
-		for i, j := range b.jobs {
-			j.done <- b.errs[i]
-		}
-		out <- b
-		toIndex <- b
 	}
+}
+
+// finish acknowledges a batch once it is durable and in badger, then
+// checkpoints the log if it is due: the batch is durable either way, so its
+// callers need not wait for that.
+func (s *Store) finish(b *batch, out, toIndex chan<- *batch) {
+	err := b.werr
+	if err == nil {
+		err = b.aerr
+	}
+	if err != nil {
+		s.breakWith(err)
+		for i := range b.errs {
+			if b.errs[i] == nil {
+				b.errs[i] = fmt.Errorf("committing to store: %w", err)
+			}
+		}
+	}
+	s.batches.Add(1)
+	s.batched.Add(int64(len(b.jobs)))
+	for i, j := range b.jobs {
+		j.done <- b.errs[i]
+	}
+	if err == nil && len(b.ops) > 0 && s.wal.off >= s.walLimit {
+		if err := s.checkpoint(); err != nil {
+			s.breakWith(err)
+		}
+	}
+	toIndex <- b
+	out <- b
 }
 
 // indexer runs the after functions of batches badger has taken, in commit
