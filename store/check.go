@@ -135,9 +135,9 @@ func (s *Store) Check(ctx context.Context) error {
 		add("count is %d but %d records are stored", n, len(recs))
 	}
 	checkOrder(s.order, recs, add)
-	s.idx.mu.RLock()
+	s.idx.mu.Lock()
 	liveDocs, livePost := s.idx.snapshot()
-	s.idx.mu.RUnlock()
+	s.idx.mu.Unlock()
 	wantDocs, wantPost := rebuilt.snapshot()
 	diffMaps(liveDocs, wantDocs, "text index document", add)
 	for t, want := range wantPost {

@@ -303,6 +303,7 @@ func TestFoldNFCASCII(t *testing.T) {
 
 // postingsOf is the posting list and document frequencies of term t.
 func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok bool) {
+	x.mergeLocked()
 	pl := x.terms.get(t, termHash(t))
 	if pl == nil {
 		return nil, df, false
@@ -362,6 +363,12 @@ func TestIndexMatchesReference(t *testing.T) {
 		add(e)
 	}
 	check("after adding")
+	// A few more whose postings are still in the delta when the purge runs.
+	for i := 3000; i < 3050; i++ {
+		e := c.record(i, testBase+int64(i))
+		entries = append(entries, e)
+		add(e)
+	}
 
 	// Purge two thirds; the index compacts, renumbering documents.
 	var keys []string
@@ -403,7 +410,7 @@ func TestIndexMatchesReference(t *testing.T) {
 		t.Fatalf("%d document slots after compaction, want %d", len(x.docs), len(ids))
 	}
 	check("after purging")
-	for i := 3000; i < 4000; i++ {
+	for i := 3050; i < 4000; i++ {
 		add(c.record(i, testBase+int64(i)))
 	}
 	check("after adding again")

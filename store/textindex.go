@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +19,7 @@ import (
 type textIndex struct {
 	mu       sync.RWMutex
 	terms    termTable
+	delta    delta // postings not yet in terms (textdelta.go)
 	docs     []docInfo
 	byKey    map[string]uint32
 	groups   map[string]string // interned group names
@@ -218,8 +218,9 @@ func newTextIndex() *textIndex {
 }
 
 func (x *textIndex) termCount() int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.mergeLocked()
 	return x.terms.n
 }
 
@@ -245,24 +246,12 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 	for f, l := range d.lens {
 		x.totalLen[f] += int64(l)
 	}
-	// analyze puts a term's fields next to each other: one lookup each.
-	terms := d.terms
-	for i := 0; i < len(terms); {
-		t, h := terms[i].term, terms[i].hash
-		var pl *postingList
-		if j, ok := x.terms.find(t, h); ok {
-			pl = x.terms.inSlot(j)
-		} else {
-			// A copy: the token is a slice of the record's texts, which the
-			// table would otherwise keep in memory for as long as the term
-			// lives.
-			pl = x.terms.insert(j, strings.Clone(t), h)
-		}
-		for ; i < len(terms) && terms[i].term == t; i++ {
-			ft := &terms[i]
-			pl.post = append(pl.post, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
-			pl.df[ft.field]++
-		}
+	for i := range d.terms {
+		ft := &d.terms[i]
+		x.delta.add(ft.term, ft.hash, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
+	}
+	if len(x.delta.lids) >= deltaMax {
+		x.mergeLocked()
 	}
 }
 
@@ -271,6 +260,7 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 func (x *textIndex) remove(keys []string, terms []docTerms) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.mergeLocked()
 	dead := map[uint32]struct{}{}
 	affected := map[string]uint32{} // term → hash
 	for i, k := range keys {
@@ -428,7 +418,26 @@ func uniq(in []string) []string {
 
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	x.mu.RLock()
+	// Postings still in the delta go to the index first. Searches share
+	// the index; should the indexer keep adding between a merge and the
+	// read lock, the search runs under the write lock rather than wait on.
+	for try := 0; !x.delta.empty(); try++ {
+		x.mu.RUnlock()
+		x.mu.Lock()
+		x.mergeLocked()
+		if try == 1 {
+			defer x.mu.Unlock()
+			return x.searchLocked(qterms, o, asOfMs, hideLater)
+		}
+		x.mu.Unlock()
+		x.mu.RLock()
+	}
 	defer x.mu.RUnlock()
+	return x.searchLocked(qterms, o, asOfMs, hideLater)
+}
+
+// searchLocked runs a search; the delta must be empty.
+func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	if x.live == 0 {
 		return nil
 	}
@@ -701,8 +710,10 @@ func (h *hitHeap) Pop() any {
 	return v
 }
 
-// snapshot renders the index as comparable text facts, for Check.
+// snapshot renders the index as comparable text facts, for Check. The
+// caller holds the write lock.
 func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[string]struct{}) {
+	x.mergeLocked()
 	docs = map[string]string{}
 	for _, d := range x.docs {
 		if d.alive {
