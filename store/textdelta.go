@@ -1,5 +1,7 @@
 package store
 
+import "runtime"
+
 // New documents' postings go to a delta before the index proper. Adding a
 // record's ~120 postings straight to the index costs, per term, a lookup in
 // a table of every term and an append at the tail of that term's list:
@@ -40,6 +42,8 @@ const (
 	// ~270 records of 1 KB, whose terms fit in a 512 KB L2 cache.
 	deltaMax   = 32 << 10
 	deltaSlots = 1 << 14
+	// mergeSlice is how many terms a merge adds between yields, ~25 µs.
+	mergeSlice = 128
 )
 
 func (d *delta) empty() bool { return len(d.lids) == 0 }
@@ -92,8 +96,11 @@ func (x *textIndex) mergeLocked() {
 	}
 	// A stable counting sort by term keeps each term's run in document
 	// order, which is the order of the index's lists.
-	for _, l := range d.lids {
+	for i, l := range d.lids {
 		d.terms[l].n++
+		if i%(8*mergeSlice) == 0 {
+			runtime.Gosched()
+		}
 	}
 	var end uint32
 	for i := range d.terms {
@@ -108,9 +115,17 @@ func (x *textIndex) mergeLocked() {
 		e := &d.terms[l]
 		sorted[e.n] = d.posts[i]
 		e.n++ // ends as the run's end
+		if i%(8*mergeSlice) == 0 {
+			runtime.Gosched()
+		}
 	}
 	var start uint32
 	for i := range d.terms {
+		if i%mergeSlice == mergeSlice-1 {
+			// A merge takes milliseconds; writers waiting for a P to
+			// prepare their next puts cannot wait that long (indexer).
+			runtime.Gosched()
+		}
 		e := &d.terms[i]
 		run := sorted[start:e.n]
 		start = e.n

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -69,10 +68,6 @@ type batch struct {
 	count  int64 // change to the number of records
 	// applied: badger took the batch, so the index must too.
 	applied bool
-	// left counts the log write and the badger apply still running; their
-	// outcomes are werr and aerr.
-	left       atomic.Int32
-	werr, aerr error
 }
 
 // ovEntry is the latest write to a key by a batch not yet in badger.
@@ -246,7 +241,14 @@ func (s *Store) writer() {
 	// alternate between batches, each paying for its own fdatasync (about
 	// 100 µs of CPU here, besides the wait). So an idle syncer waits for
 	// them, at most maxLinger, and not at all once they are in.
-	expect := 0
+	//
+	// The syncer acknowledges a batch before this goroutine hears of it on
+	// synced (and may checkpoint in between); callers already back by then
+	// are early, not expected. ackMark is the value s.batched (counted
+	// before acknowledging) reaches once the batch in flight is
+	// acknowledged.
+	expect, early := 0, 0
+	var ackMark int64
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	var lingerC <-chan time.Time
@@ -263,6 +265,7 @@ func (s *Store) writer() {
 					linger.Stop()
 					lingerC = nil
 				}
+				ackMark = s.batched.Load() + int64(len(cur.jobs))
 				toSync <- cur
 				cur, inflight, expect = nil, true, 0
 				continue
@@ -278,11 +281,16 @@ func (s *Store) writer() {
 		select {
 		case j := <-jobs:
 			cur = w.add(cur, j)
-			expect = max(expect-1, 0)
+			if inflight && s.batched.Load() >= ackMark {
+				early++
+			} else {
+				expect = max(expect-1, 0)
+			}
 		case b := <-synced:
 			inflight = false
 			w.applied(b)
-			expect += len(b.jobs)
+			expect = max(expect+len(b.jobs)-early, 0)
+			early = 0
 		case <-lingerC:
 			lingerC, expect = nil, 0
 		case <-closing:
@@ -304,88 +312,70 @@ func (s *Store) writer() {
 // before the syncer waits for it.
 const indexQueue = 4
 
-// syncer makes each batch durable and applies it to badger, both at once;
-// whichever of the two ends last acknowledges the batch (finish) and passes
-// it to the indexer.
+// syncer makes each batch durable and applies it to badger, both at once,
+// acknowledges it and passes it to the indexer.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
 	go s.indexer(toIndex, indexerDone)
 	defer func() {
-		// The writer closes in only once the last batch came back on out,
-		// which finish sends after handing it to the indexer.
 		close(toIndex)
 		<-indexerDone
 		close(done)
 	}()
 	var payload []byte
 	for b := range in {
-		if len(b.ops) == 0 {
-			s.finish(b, out, toIndex)
-			continue
-		}
-		if err := s.broken(); err != nil {
-			b.werr = err
-			s.finish(b, out, toIndex)
-			continue
-		}
-		payload = payload[:0]
-		for _, op := range b.ops {
-			payload = appendOp(payload, op)
-		}
-		// The writer hands over the next batch only after finish, so the
-		// payload buffer and the log are never used by two batches at once.
-		b.left.Store(2)
-		go func() {
-			err := s.wal.append(payload)
+		var err error
+		if len(b.ops) > 0 {
+			payload = payload[:0]
+			for _, op := range b.ops {
+				payload = appendOp(payload, op)
+			}
+			err = s.broken()
 			if err == nil {
-				err = s.wal.sync()
+				werr := make(chan error, 1)
+				go func() {
+					err := s.wal.append(payload)
+					if err == nil {
+						err = s.wal.sync()
+					}
+					werr <- err
+				}()
+				// The log write is the longer of the two and what callers
+				// wait on: let it start now. Otherwise it waits in this P's
+				// queue until the apply blocks in badger (~80 µs on 2
+				// cores) while the other P runs the indexer.
+				runtime.Gosched()
+				aerr := s.applyLocked(b)
+				err = <-werr
+				if err == nil {
+					err = aerr
+				}
 			}
-			b.werr = err
-			if b.left.Add(-1) == 0 {
-				s.finish(b, out, toIndex)
-			}
-		}()
-		// The log write is the longer of the two and what callers wait on:
-		// let it start now. Otherwise it waits in this P's queue until the
-		// apply blocks in badger (~80 µs on 2 cores) while the other P runs
-		// the indexer.
-		runtime.Gosched()
-		b.aerr = s.applyLocked(b)
-		if b.left.Add(-1) == 0 {
-			s.finish(b, out, toIndex)
-		}
-	}
-}
-
-// finish acknowledges a batch once it is durable and in badger, then
-// checkpoints the log if it is due: the batch is durable either way, so its
-// callers need not wait for that.
-func (s *Store) finish(b *batch, out, toIndex chan<- *batch) {
-	err := b.werr
-	if err == nil {
-		err = b.aerr
-	}
-	if err != nil {
-		s.breakWith(err)
-		for i := range b.errs {
-			if b.errs[i] == nil {
-				b.errs[i] = fmt.Errorf("committing to store: %w", err)
+			if err != nil {
+				s.breakWith(err)
+				for i := range b.errs {
+					if b.errs[i] == nil {
+						b.errs[i] = fmt.Errorf("committing to store: %w", err)
+					}
+				}
 			}
 		}
-	}
-	s.batches.Add(1)
-	s.batched.Add(int64(len(b.jobs)))
-	for i, j := range b.jobs {
-		j.done <- b.errs[i]
-	}
-	if err == nil && len(b.ops) > 0 && s.wal.off >= s.walLimit {
-		if err := s.checkpoint(); err != nil {
-			s.breakWith(err)
+		s.batches.Add(1)
+		s.batched.Add(int64(len(b.jobs)))
+		for i, j := range b.jobs {
+			j.done <- b.errs[i]
 		}
+		// The batch is durable in the log already: its callers need not
+		// wait for badger's sync (~25 ms) at a checkpoint.
+		if err == nil && len(b.ops) > 0 && s.wal.off >= s.walLimit {
+			if err := s.checkpoint(); err != nil {
+				s.breakWith(err)
+			}
+		}
+		out <- b
+		toIndex <- b
 	}
-	toIndex <- b
-	out <- b
 }
 
 // indexer runs the after functions of batches badger has taken, in commit
