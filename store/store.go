@@ -352,7 +352,7 @@ func (s *Store) load(ctx context.Context) error {
 				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
 			}
 			s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-			s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+			s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
 			s.loadedKeys[rec.Key] = struct{}{}
 			n++
 		}

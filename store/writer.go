@@ -629,7 +629,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			t.count(1)
 			return func() {
 				s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-				s.idx.add(rec.Key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+				s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
 			}, nil
 		}))
 		idx = append(idx, i)
