@@ -153,6 +153,16 @@ func TestConcurrentPutsShareCommits(t *testing.T) {
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Synchronous writers acknowledged together come back together: the
+	// writer waits for them, so commits hold several puts, not one each.
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := float64(st.CommittedJobs) / float64(st.Commits); per < 2 {
+		t.Fatalf("%d puts in %d commits (%.2f per commit): writers are not sharing commits", st.CommittedJobs, st.Commits, per)
+	}
+	t.Logf("%d puts in %d commits", st.CommittedJobs, st.Commits)
 }
 
 func TestIndexes(t *testing.T) {
