@@ -97,17 +97,22 @@ func (c *corpus) record(i int, at int64) Entry {
 // callers are acknowledged. Tokenising and the in-memory indexes run after
 // that on the indexer goroutine, so they cost CPU but not latency.
 //
-// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA): a log
-// frame write of ~20 KB takes ~165 µs alone and ~90 µs of CPU, 200-330 µs
-// under this load; badger's apply of 8 puts ~80-150 µs, overlapped with it;
-// 8 writers woken and preparing their next puts ~130 µs, which nothing can
-// overlap. Per put: ~10 µs of index work, ~5 µs tokenising, ~15 µs badger,
-// ~11 µs log write (a share of one), the rest encoding, the writer and
-// syncer hand-offs and GC: 55-75 µs of CPU, against 38-48 µs when writers
-// keep puts in flight and commits hold ~50 records (BenchmarkPut1KBPipelined).
-// 8 synchronous writers measured 18,200-25,400 puts/s over 1 s runs
-// (median of ten 21,200) and 18,400-19,300 sustained over 100k puts
-// (-benchtime 100000x); runs vary by ±15% on this shared VM.
+// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA), a
+// trace of 100k puts by 8 writers gives this cycle: ~70-85 µs from the
+// acknowledgement until the next batch is handed over (the 8 writers
+// preparing their next puts, mostly one after another on one core while
+// the indexer holds the other); the log write starts ~15 µs later and
+// takes 230-250 µs (170-185 µs alone: a busy second core adds ~50 µs to
+// every write on this VM, and the write itself costs ~90 µs of CPU);
+// badger's apply ends well inside it; callers are acknowledged ~40 µs
+// after the write returns. Per put, in a CPU profile of a fast phase of
+// the VM: ~20 µs indexing (6 tokenising, 13 text index, 1 orders), ~8
+// badger, ~6 log write (a share of one), ~5 encoding and submitting, ~2
+// writer, the rest scheduling and GC: ~50 µs of CPU, against 35-45 µs when
+// writers keep puts in flight and commits hold 40-80 records
+// (BenchmarkPut1KBPipelined). The same binary measures 55-85 µs per put
+// and 15,000-21,000 puts/s sustained over 100k puts (-benchtime 100000x)
+// depending on how busy the VM's host is; 20k-put runs: 16,500-22,600.
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
