@@ -64,7 +64,7 @@ func (s *Store) Check(ctx context.Context) error {
 	var problems []string
 	add := func(f string, a ...any) { problems = append(problems, fmt.Sprintf(f, a...)) }
 	recs := map[string]*recSummary{}
-	rebuilt := newTextIndex()
+	rebuilt := newTextIndex(nil)
 
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})

@@ -78,7 +78,7 @@ func threadCPU() time.Duration {
 // would; the terms are analysed outside the timed loop.
 func BenchmarkIndexAdd(b *testing.B) {
 	pre, add := speedCorpus()
-	x := newTextIndex()
+	x := newTextIndex(nil)
 	for _, e := range pre {
 		x.addLocked(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
 	}
@@ -106,13 +106,51 @@ func BenchmarkIndexAdd(b *testing.B) {
 	b.ReportMetric(float64(threadCPU()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkIndexRecord is the whole cost of indexing one record's texts
+// into an index of 100,000: tokenising and adding, as analyze then add, and
+// as addTexts (the put and start-up path), which tokenises straight into
+// the delta.
+func BenchmarkIndexRecord(b *testing.B) {
+	for _, viaTokens := range []bool{false, true} {
+		name := "analyze+add"
+		if viaTokens {
+			name = "addTexts"
+		}
+		b.Run(name, func(b *testing.B) {
+			pre, add := speedCorpus()
+			x := newTextIndex(nil)
+			for _, e := range pre {
+				x.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
+			}
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%s-%d", add[i%len(add)].Key, i)
+			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := threadCPU()
+			for i := range b.N {
+				e := &add[i%len(add)]
+				if viaTokens {
+					x.addTexts(keys[i], e.CreatedAt, e.Group, e.Texts)
+				} else {
+					x.add(keys[i], e.CreatedAt, e.Group, analyze(e.Texts))
+				}
+			}
+			b.ReportMetric(float64(threadCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkIndexAddCold is BenchmarkIndexAdd with the caches disturbed
 // between documents (by an untimed pass over 8 MB, which empties L1 and L2
 // and much of L3), as in the write path where badger runs between index
 // additions. Its ns/add metric is the time spent in addLocked alone.
 func BenchmarkIndexAddCold(b *testing.B) {
 	pre, add := speedCorpus()
-	x := newTextIndex()
+	x := newTextIndex(nil)
 	for _, e := range pre {
 		x.addLocked(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
 	}
@@ -315,17 +353,28 @@ func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok
 // adds more, and compares every posting list, in order, and every document
 // frequency with a plain reference built from analyzeRef.
 func TestIndexMatchesReference(t *testing.T) {
+	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, false) })
+	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, true) })
+}
+
+// testIndexMatchesReference adds records through analyze and add, or
+// through addTexts, which tokenises straight into the delta.
+func testIndexMatchesReference(t *testing.T, viaTokens bool) {
 	type refList struct {
 		post []uint64
 		df   [NumFields]int32
 	}
-	x := newTextIndex()
+	x := newTextIndex(nil)
 	ref := map[string]*refList{}
 	var ids []string // reference document ids, as the index assigns them
 	c := newCorpus(12)
 	var entries []Entry
 	add := func(e Entry) {
-		x.add(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
+		if viaTokens {
+			x.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
+		} else {
+			x.add(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
+		}
 		id := uint32(len(ids))
 		ids = append(ids, e.Key)
 		d := analyzeRef(e.Texts)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,7 +212,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		jobs:     make(chan *job, 4096),
 		closing:  make(chan struct{}),
 		wdone:    make(chan struct{}),
-		idx:      newTextIndex(),
+		idx:      newTextIndex(runtime.Gosched),
 		order:    newOrderIndex(),
 		walLimit: walCheckpoint,
 	}

@@ -27,6 +27,11 @@ type textIndex struct {
 	totalLen [NumFields]int64
 
 	scratch sync.Pool // *scoreScratch
+	// yield, if set, is called every few tens of µs of a merge, so that
+	// the store's writers get a P in time (runtime.Gosched there; nil in
+	// indexes nobody else waits on, and in benchmarks that pin a thread,
+	// where a yield costs a thread hand-off).
+	yield func()
 	// exhaustive disables MaxScore pruning; tests compare both paths.
 	exhaustive bool
 	// tableMin is how many postings a query must have before BM25's tf
@@ -209,8 +214,9 @@ func (x *textIndex) partTab(sc *scoreScratch, part func(f int, tf, fl uint32) fl
 	return t
 }
 
-func newTextIndex() *textIndex {
+func newTextIndex(yield func()) *textIndex {
 	return &textIndex{
+		yield:    yield,
 		byKey:    map[string]uint32{},
 		groups:   map[string]string{},
 		tableMin: partTableMin,
@@ -224,20 +230,6 @@ func (x *textIndex) termCount() int {
 	return x.terms.n
 }
 
-// termBufs recycles the term lists of records being indexed: at ~2 KB a
-// record they were a third of what a put allocates.
-var termBufs = sync.Pool{New: func() any { return new([]fieldTerm) }}
-
-// addTexts analyzes a record's texts and adds it.
-func (x *textIndex) addTexts(key string, createdAt int64, group string, texts [NumFields]string) {
-	buf := termBufs.Get().(*[]fieldTerm)
-	d := analyzeTo(*buf, texts)
-	x.add(key, createdAt, group, d)
-	clear(d.terms) // they point into the record's texts
-	*buf = d.terms[:0]
-	termBufs.Put(buf)
-}
-
 func (x *textIndex) add(key string, createdAt int64, group string, d docTerms) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -248,24 +240,31 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 	if id, ok := x.byKey[key]; ok && x.docs[id].alive {
 		return
 	}
-	g, ok := x.groups[group]
-	if !ok {
-		x.groups[group] = group
-		g = group
-	}
 	id := uint32(len(x.docs))
-	x.docs = append(x.docs, docInfo{key: key, group: g, createdAt: createdAt, lens: d.lens, alive: true})
-	x.byKey[key] = id
-	x.live++
-	for f, l := range d.lens {
-		x.totalLen[f] += int64(l)
-	}
+	x.addDocLocked(key, createdAt, group, d.lens)
 	for i := range d.terms {
 		ft := &d.terms[i]
 		x.delta.add(ft.term, ft.hash, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
 	}
 	if len(x.delta.lids) >= deltaMax {
 		x.mergeLocked()
+	}
+}
+
+// addDocLocked appends a document whose postings are in the delta or
+// about to be.
+func (x *textIndex) addDocLocked(key string, createdAt int64, group string, lens [NumFields]uint32) {
+	g, ok := x.groups[group]
+	if !ok {
+		x.groups[group] = group
+		g = group
+	}
+	id := uint32(len(x.docs))
+	x.docs = append(x.docs, docInfo{key: key, group: g, createdAt: createdAt, lens: lens, alive: true})
+	x.byKey[key] = id
+	x.live++
+	for f, l := range lens {
+		x.totalLen[f] += int64(l)
 	}
 }
 
