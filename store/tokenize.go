@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -268,11 +267,8 @@ var analyzers = sync.Pool{New: func() any {
 	return &analyzer{slots: make([]uint32, analyzerSlots)}
 }}
 
-func analyze(texts [NumFields]string) docTerms { return analyzeTo(nil, texts) }
-
-// analyzeTo is analyze with the terms appended to dst[:0].
-func analyzeTo(dst []fieldTerm, texts [NumFields]string) docTerms {
-	d := docTerms{terms: dst[:0]}
+func analyze(texts [NumFields]string) docTerms {
+	var d docTerms
 	a := analyzers.Get().(*analyzer)
 	for f, t := range texts {
 		if t == neutralText {
@@ -286,7 +282,7 @@ func analyzeTo(dst []fieldTerm, texts [NumFields]string) docTerms {
 			a.count(tok, f)
 		}
 	}
-	d.terms = slices.Grow(d.terms, a.pairs)[:a.pairs]
+	d.terms = make([]fieldTerm, a.pairs)
 	n := 0
 	for i := range a.dist {
 		e := &a.dist[i]
