@@ -113,6 +113,25 @@ func (d *delta) termID(t string, h uint32) uint32 {
 	}
 }
 
+// prefetch hashes a group of tokens into hashes and loads their slots and
+// terms, so that the cache misses of the lookups that follow overlap.
+func (d *delta) prefetch(toks []string, hashes *[mergeGroup]uint32) {
+	for k, t := range toks {
+		hashes[k] = termHash(t)
+	}
+	if d.slots == nil {
+		return
+	}
+	mask := uint32(len(d.slots) - 1)
+	var sum uint32
+	for k := range toks {
+		if s := d.slots[hashes[k]&mask]; s != 0 {
+			sum += d.terms[s-1].hash
+		}
+	}
+	d.touched += uint64(sum)
+}
+
 func (d *delta) grow() {
 	d.slots = make([]uint32, 2*len(d.slots))
 	mask := uint32(len(d.slots) - 1)
@@ -239,8 +258,13 @@ func (x *textIndex) addTokensLocked(key string, createdAt int64, group string, r
 		begin = rt.ends[f]
 		lens[f] = uint32(len(toks))
 		start := len(d.posts)
-		for _, tok := range toks {
-			lid := d.termID(tok, termHash(tok))
+		var hashes [mergeGroup]uint32
+		for i, tok := range toks {
+			g := i % mergeGroup
+			if g == 0 {
+				d.prefetch(toks[i:min(i+mergeGroup, len(toks))], &hashes)
+			}
+			lid := d.termID(tok, hashes[g])
 			e := &d.terms[lid]
 			if int(e.last) > start { // already in this field
 				d.tfs[e.last-1]++
