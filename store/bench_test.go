@@ -105,14 +105,17 @@ func (c *corpus) record(i int, at int64) Entry {
 // takes 230-250 µs (170-185 µs alone: a busy second core adds ~50 µs to
 // every write on this VM, and the write itself costs ~90 µs of CPU);
 // badger's apply ends well inside it; callers are acknowledged ~40 µs
-// after the write returns. Per put, in a CPU profile of a fast phase of
-// the VM: ~20 µs indexing (6 tokenising, 13 text index, 1 orders), ~8
-// badger, ~6 log write (a share of one), ~5 encoding and submitting, ~2
-// writer, the rest scheduling and GC: ~50 µs of CPU, against 35-45 µs when
-// writers keep puts in flight and commits hold 40-80 records
-// (BenchmarkPut1KBPipelined). The same binary measures 55-85 µs per put
-// and 15,000-21,000 puts/s sustained over 100k puts (-benchtime 100000x)
-// depending on how busy the VM's host is; 20k-put runs: 16,500-22,600.
+// after the write returns. Per put, in a CPU profile of 100k puts: ~18 µs
+// indexing (3 tokenising, 7 into the text index's delta, 6.5 merging it,
+// 1.5 orders), ~8 badger, ~7 log write (a share of one), ~5 encoding and
+// submitting, ~3 writer, ~7 allocation and GC, ~9 goroutine switches and
+// wake-ups: 50-60 µs of CPU, against 35-45 µs when writers keep puts in
+// flight and commits hold 40-80 records (BenchmarkPut1KBPipelined). How
+// busy the VM's host is moves all of it: the same binary measured 44-69 µs
+// per put. 14 sustained runs (100k puts, -benchtime 100000x) over 25
+// minutes: 19,400-25,100 puts/s, median 21,100; in slow phases of the VM
+// 17,000-18,100. Run alternately with the code before this work (9e7c181),
+// the medians of six pairs were 21,300 against 19,450 puts/s.
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
