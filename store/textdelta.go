@@ -199,13 +199,14 @@ func (x *textIndex) mergeLocked() {
 			pl.df[(p>>29)&7]++
 		}
 	}
-	// A table grown for an unusually large delta is not kept.
+	// The table keeps the size a usual delta grows it to (8-16k terms);
+	// one grown for an unusually large delta is not kept.
 	d.terms = d.terms[:0]
 	d.tfs = d.tfs[:0]
 	d.text = d.text[:0]
 	d.lids = d.lids[:0]
 	d.posts = d.posts[:0]
-	if len(d.slots) > deltaSlots {
+	if len(d.slots) > 4*deltaSlots {
 		d.slots = nil
 	} else {
 		clear(d.slots)
