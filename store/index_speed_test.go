@@ -72,21 +72,19 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// BenchmarkIndexAdd is the cost of adding one analysed record to a text
-// index that already holds 100,000 of them. Past the prepared records the
-// same texts come back under new keys, so the index keeps growing as it
-// would; the terms are analysed outside the timed loop.
-func BenchmarkIndexAdd(b *testing.B) {
+// indexAddSetup builds an index of 100,000 records and, for n additions,
+// the records to add (cycled), their analysed terms and fresh keys.
+func indexAddSetup(n int) (x *textIndex, add []Entry, terms []docTerms, keys []string) {
 	pre, add := speedCorpus()
-	x := newTextIndex(nil)
+	x = newTextIndex(nil)
 	for _, e := range pre {
 		x.addLocked(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
 	}
-	terms := make([]docTerms, len(add))
+	terms = make([]docTerms, len(add))
 	for i, e := range add {
 		terms[i] = analyze(e.Texts)
 	}
-	keys := make([]string, b.N)
+	keys = make([]string, n)
 	for i := range keys {
 		if i < len(add) {
 			keys[i] = add[i].Key
@@ -94,6 +92,15 @@ func BenchmarkIndexAdd(b *testing.B) {
 			keys[i] = fmt.Sprintf("%s-%d", add[i%len(add)].Key, i)
 		}
 	}
+	return x, add, terms, keys
+}
+
+// BenchmarkIndexAdd is the cost of adding one analysed record to a text
+// index that already holds 100,000 of them. Past the prepared records the
+// same texts come back under new keys, so the index keeps growing as it
+// would; the terms are analysed outside the timed loop.
+func BenchmarkIndexAdd(b *testing.B) {
+	x, add, terms, keys := indexAddSetup(b.N)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
@@ -149,23 +156,7 @@ func BenchmarkIndexRecord(b *testing.B) {
 // and much of L3), as in the write path where badger runs between index
 // additions. Its ns/add metric is the time spent in addLocked alone.
 func BenchmarkIndexAddCold(b *testing.B) {
-	pre, add := speedCorpus()
-	x := newTextIndex(nil)
-	for _, e := range pre {
-		x.addLocked(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
-	}
-	terms := make([]docTerms, len(add))
-	for i, e := range add {
-		terms[i] = analyze(e.Texts)
-	}
-	keys := make([]string, b.N)
-	for i := range keys {
-		if i < len(add) {
-			keys[i] = add[i].Key
-		} else {
-			keys[i] = fmt.Sprintf("%s-%d", add[i%len(add)].Key, i)
-		}
-	}
+	x, add, terms, keys := indexAddSetup(b.N)
 	junk := make([]uint64, 1<<20) // 8 MB
 	var sink uint64
 	var spent time.Duration
@@ -533,5 +524,39 @@ func TestTermTable(t *testing.T) {
 	}
 	if len(tt.slots) != 1024 {
 		t.Fatalf("table grew to %d slots; the test means to keep it crowded", len(tt.slots))
+	}
+}
+
+// TestDeltaGrowsItsTable adds records with more distinct terms than the
+// delta's table starts with room for, in one delta and across a merge, and
+// checks every term's postings.
+func TestDeltaGrowsItsTable(t *testing.T) {
+	x := newTextIndex(nil)
+	const docs, perDoc = 40, 500 // 20,000 distinct terms, 2 postings each
+	for d := range docs {
+		var texts [NumFields]string
+		var b strings.Builder
+		for i := range perDoc {
+			fmt.Fprintf(&b, "t%dx%d ", d, i)
+		}
+		texts[0] = b.String()
+		texts[3] = b.String() + b.String() // tf 2 in another field
+		x.addTexts(fmt.Sprintf("k%d", d), int64(d), "g", texts)
+	}
+	if len(x.delta.slots) <= deltaSlots {
+		t.Fatalf("delta table never grew: %d slots", len(x.delta.slots))
+	}
+	for d := range docs {
+		for i := range perDoc {
+			term := fmt.Sprintf("t%dx%d", d, i)
+			post, df, ok := x.postingsOf(term)
+			want := []uint64{
+				packPosting(uint32(d), 0, 1, perDoc),
+				packPosting(uint32(d), 3, 2, 2*perDoc),
+			}
+			if !ok || !slices.Equal(post, want) || df[0] != 1 || df[3] != 1 {
+				t.Fatalf("term %s: postings %x df %v, want %x", term, post, df, want)
+			}
+		}
 	}
 }

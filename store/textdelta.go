@@ -133,15 +133,7 @@ func (d *delta) prefetch(toks []string, hashes *[mergeGroup]uint32) {
 }
 
 func (d *delta) grow() {
-	d.slots = make([]uint32, 2*len(d.slots))
-	mask := uint32(len(d.slots) - 1)
-	for j := range d.terms {
-		i := d.terms[j].hash & mask
-		for d.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		d.slots[i] = uint32(j + 1)
-	}
+	d.slots = rehash(2*len(d.slots), len(d.terms), func(j int) uint32 { return d.terms[j].hash })
 }
 
 // mergeLocked moves the delta's postings into the index.

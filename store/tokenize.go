@@ -339,15 +339,23 @@ func (a *analyzer) count(tok string, f int) {
 }
 
 func (a *analyzer) grow() {
-	a.slots = make([]uint32, 2*len(a.slots))
-	mask := uint32(len(a.slots) - 1)
-	for j := range a.dist {
-		i := a.dist[j].hash & mask
-		for a.slots[i] != 0 {
+	a.slots = rehash(2*len(a.slots), len(a.dist), func(j int) uint32 { return a.dist[j].hash })
+}
+
+// rehash builds a table of size slots (a power of two) over n entries,
+// with linear probing: slot i holds the index+1 of an entry whose hash
+// (hashOf) starts its probe at or before i; 0 is empty.
+func rehash(size, n int, hashOf func(j int) uint32) []uint32 {
+	slots := make([]uint32, size)
+	mask := uint32(size - 1)
+	for j := range n {
+		i := hashOf(j) & mask
+		for slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		a.slots[i] = uint32(j + 1)
+		slots[i] = uint32(j + 1)
 	}
+	return slots
 }
 
 // termHash hashes a term for analyze's table and the text index's: a
