@@ -124,6 +124,8 @@ type Store struct {
 	// applying them to badger: tests use it to stand for a power loss that
 	// took badger's unsynced pages, which replay must restore.
 	lostBadgerWrites bool
+	// checkpointing, if set, is called as a checkpoint starts (tests).
+	checkpointing func()
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
 	// batches/batched measure how well commits are shared.

@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 )
 
 // crashWithoutBadger stops a store the way a power loss would leave it if
@@ -305,6 +307,76 @@ func settle(t *testing.T, s *Store) {
 	ctx := context.Background()
 	noop := newJob(ctx, 0, func(*wtx) (func(), error) { return nil, nil })
 	if _, err := s.submit(ctx, []*job{noop}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointAfterAcknowledgement: the commit that fills the log is
+// acknowledged before the checkpoint it triggers, which its callers need
+// not wait for (badger's sync takes ~25 ms).
+func TestCheckpointAfterAcknowledgement(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	defer s.Close()
+	s.walLimit = 16 << 10
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.checkpointing = func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// One put at a time, each started only once the one before returned:
+	// the put in flight when the checkpoint starts is the one whose commit
+	// filled the log.
+	put := func(i int) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			e := mkEntry(fmt.Sprintf("ack-%d", i), int64(1000+i), "fills the log")
+			_, _, err := s.Put(ctx, e, Meta{})
+			errc <- err
+		}()
+		return errc
+	}
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("no checkpoint after 200 puts")
+		}
+		errc := put(i)
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		case <-entered:
+		}
+		// The checkpoint has started and is held: put i must still return.
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("put %d, whose commit filled the log, waited for the checkpoint", i)
+		}
+		break
+	}
+	close(release)
+	for i := 200; i < 210; i++ {
+		if err := <-put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -452,6 +452,9 @@ func applyOps(db *badger.DB, ops []walOp) error {
 // checkpoint makes everything badger holds durable, after which the log's
 // frames are no longer needed.
 func (s *Store) checkpoint() error {
+	if s.checkpointing != nil {
+		s.checkpointing()
+	}
 	if err := syncBadger(s.db, s.dir); err != nil {
 		return err
 	}
