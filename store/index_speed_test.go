@@ -50,19 +50,25 @@ func BenchmarkAnalyze(b *testing.B) {
 	for i := range texts {
 		texts[i] = c.record(i, testBase).Texts
 	}
+	benchThreadCPU(b, func(i int) { _ = analyze(texts[i%len(texts)]) })
+}
+
+// benchThreadCPU runs op(i) for i < b.N on one thread and reports the
+// thread's CPU time per op, which unlike the wall time leaves out what
+// other processes on the machine take.
+func benchThreadCPU(b *testing.B, op func(i int)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := threadCPU()
 	for i := range b.N {
-		_ = analyze(texts[i%len(texts)])
+		op(i)
 	}
 	b.ReportMetric(float64(threadCPU()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
-// threadCPU is the CPU time of the calling thread, which unlike the
-// benchmark's wall time leaves out what other processes on the machine take.
+// threadCPU is the CPU time of the calling thread.
 func threadCPU() time.Duration {
 	var ts syscall.Timespec
 	const clockThreadCPUTimeID = 3
@@ -101,16 +107,10 @@ func indexAddSetup(n int) (x *textIndex, add []Entry, terms []docTerms, keys []s
 // would; the terms are analysed outside the timed loop.
 func BenchmarkIndexAdd(b *testing.B) {
 	x, add, terms, keys := indexAddSetup(b.N)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := threadCPU()
-	for i := range b.N {
+	benchThreadCPU(b, func(i int) {
 		e := &add[i%len(add)]
 		x.addLocked(keys[i], e.CreatedAt, e.Group, terms[i%len(add)])
-	}
-	b.ReportMetric(float64(threadCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	})
 }
 
 // BenchmarkIndexRecord is the whole cost of indexing one record's texts
@@ -133,20 +133,14 @@ func BenchmarkIndexRecord(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("%s-%d", add[i%len(add)].Key, i)
 			}
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := threadCPU()
-			for i := range b.N {
+			benchThreadCPU(b, func(i int) {
 				e := &add[i%len(add)]
 				if viaTokens {
 					x.addTexts(keys[i], e.CreatedAt, e.Group, e.Texts)
 				} else {
 					x.add(keys[i], e.CreatedAt, e.Group, analyze(e.Texts))
 				}
-			}
-			b.ReportMetric(float64(threadCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			})
 		})
 	}
 }
