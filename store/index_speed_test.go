@@ -338,13 +338,16 @@ func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok
 // adds more, and compares every posting list, in order, and every document
 // frequency with a plain reference built from analyzeRef.
 func TestIndexMatchesReference(t *testing.T) {
-	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, false) })
-	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, true) })
+	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return false }) })
+	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }) })
+	// Both kinds of addition share one delta.
+	t.Run("mixed", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }) })
 }
 
-// testIndexMatchesReference adds records through analyze and add, or
-// through addTexts, which tokenises straight into the delta.
-func testIndexMatchesReference(t *testing.T, viaTokens bool) {
+// testIndexMatchesReference adds record n through addTexts, which
+// tokenises straight into the delta, if viaTokens(n), else through analyze
+// and add.
+func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool) {
 	type refList struct {
 		post []uint64
 		df   [NumFields]int32
@@ -355,7 +358,7 @@ func testIndexMatchesReference(t *testing.T, viaTokens bool) {
 	c := newCorpus(12)
 	var entries []Entry
 	add := func(e Entry) {
-		if viaTokens {
+		if viaTokens(len(ids)) {
 			x.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
 		} else {
 			x.add(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))

@@ -26,7 +26,6 @@ type delta struct {
 	lids   []uint32
 	posts  []uint64
 	sorted []uint64 // merge scratch
-	tfs    []uint32 // addTokensLocked scratch: tf of each posting of a field
 	// touched sums what prefetch loaded; it means nothing.
 	touched uint64
 }
@@ -194,7 +193,6 @@ func (x *textIndex) mergeLocked() {
 	// The table keeps the size a usual delta grows it to (8-16k terms);
 	// one grown for an unusually large delta is not kept.
 	d.terms = d.terms[:0]
-	d.tfs = d.tfs[:0]
 	d.text = d.text[:0]
 	d.lids = d.lids[:0]
 	d.posts = d.posts[:0]
@@ -259,18 +257,20 @@ func (x *textIndex) addTokensLocked(key string, createdAt int64, group string, r
 			}
 			lid := d.termID(tok, hashes[g])
 			e := &d.terms[lid]
-			if int(e.last) > start { // already in this field
-				d.tfs[e.last-1]++
+			if int(e.last) > start { // already in this field: count it
+				if p := &d.posts[e.last-1]; (*p>>17)&tfMax < tfMax {
+					*p += 1 << 17
+				}
 				continue
 			}
 			d.lids = append(d.lids, lid)
-			d.posts = append(d.posts, 0)
-			d.tfs = append(d.tfs, 1)
+			d.posts = append(d.posts, packPosting(id, uint8(f), 1, 0))
 			e.last = uint32(len(d.posts))
 		}
 		// The field's length is known only now.
+		fl := uint64(min(lens[f], lenMax))
 		for i := start; i < len(d.posts); i++ {
-			d.posts[i] = packPosting(id, uint8(f), d.tfs[i], lens[f])
+			d.posts[i] |= fl
 		}
 	}
 	x.addDocLocked(key, createdAt, group, lens)
