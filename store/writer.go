@@ -280,26 +280,11 @@ func (s *Store) writer() {
 		}
 		select {
 		case j := <-jobs:
-			// Take every job already queued in one go: after an
-			// acknowledgement the callers usually all queue theirs before
-			// this goroutine runs, and a select per job costs more than
-			// the job.
-			for {
-				cur = w.add(cur, j)
-				if inflight && s.batched.Load() >= ackMark {
-					early++
-				} else {
-					expect = max(expect-1, 0)
-				}
-				if len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes {
-					break
-				}
-				select {
-				case j = <-jobs:
-					continue
-				default:
-				}
-				break
+			cur = w.add(cur, j)
+			if inflight && s.batched.Load() >= ackMark {
+				early++
+			} else {
+				expect = max(expect-1, 0)
 			}
 		case b := <-synced:
 			inflight = false
