@@ -29,6 +29,9 @@ func TestCrashChild(t *testing.T) {
 		fmt.Println("open-error", err)
 		os.Exit(3)
 	}
+	// Checkpoint every 1 MB of log instead of 32 MB, so that kills also
+	// land during checkpoints and right after a log restart.
+	s.walLimit = 1 << 20
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
 	fmt.Fprintln(out, "ready")
