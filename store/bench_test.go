@@ -112,11 +112,21 @@ func (c *corpus) record(i int, at int64) Entry {
 // submitting, ~3 writer, ~7 allocation and GC, ~9 goroutine switches and
 // wake-ups: 50-60 µs of CPU, against 35-45 µs when writers keep puts in
 // flight and commits hold 40-80 records (BenchmarkPut1KBPipelined). How
-// busy the VM's host is moves all of it: the same binary measured 44-69 µs
-// per put. 14 sustained runs (100k puts, -benchtime 100000x) over 25
-// minutes: 19,400-25,100 puts/s, median 21,100; in slow phases of the VM
-// 17,000-18,100. Run alternately with the code before this work (9e7c181),
-// the medians of six pairs were 21,300 against 19,450 puts/s.
+// busy the VM's host is moves all of it: the same binary measured 43-69 µs
+// per put, and across runs puts/s times CPU µs per put stays at 1.14-1.21
+// million, i.e. ~1.2 cores busy: throughput is CPU speed over CPU per put,
+// from ~17,400 puts/s at 69 µs to ~27,800 at 43 µs (100k puts each), while
+// the device's own 16 KB O_DSYNC write latency (174-215 µs) did not follow.
+//
+// Tried and measured against this, and not kept: two commits in flight in
+// the log at once (groups of ~4 writers taking turns: 16,800-20,700 against
+// 21,900-26,200 puts/s, +12-15 µs CPU per put, the extra log write per put
+// costing more than the overlap gains); a second log file so that commits
+// go on during a checkpoint (1 of 4 pairs faster; badger's sync then
+// competes with the commits' own writes, more puts over 5 ms); parking the
+// indexer while writers prepare (no shorter preparation, later log writes);
+// indexing during the log write; a yield after each acknowledgement; the
+// writer taking all queued jobs at once (4 of 11 pairs faster).
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
