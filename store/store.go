@@ -236,6 +236,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	if err := s.load(context.Background()); err != nil {
+		s.wal.close()
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading records: %w", err))
 	}
@@ -253,7 +254,7 @@ func classifyOpenErr(dir, home string, err error) error {
 	case errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "permission denied"):
 		return fmt.Errorf("%w: %s (home %s): check the directory's owner and mode: %v", ErrPermission, dir, home, err)
 	case errors.Is(err, ErrCorrupted):
-		return err
+		return fmt.Errorf("opening %s (home %s): %w; restore from a peer or move the directory aside", dir, home, err)
 	default:
 		return fmt.Errorf("%w: opening %s (home %s) failed; restore from a peer or move the directory aside: %v",
 			ErrCorrupted, dir, home, err)

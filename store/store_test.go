@@ -367,6 +367,46 @@ func TestOpenErrors(t *testing.T) {
 			t.Fatalf("garbage manifest: %v", err)
 		}
 	})
+	t.Run("corrupted record", func(t *testing.T) {
+		d := t.TempDir()
+		s := openTest(t, d)
+		rec := mkEntry("x", testBase)
+		mustPut(t, s, rec)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := badger.Open(badger.DefaultOptions(d).WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(txn *badger.Txn) error { return txn.Set(recKey(rec.Key), []byte{0xde, 0xad}) })
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds := openFDs(t)
+		_, err = Open(d, Options{})
+		if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), rec.Key) ||
+			!strings.Contains(err.Error(), d) || !strings.Contains(err.Error(), "move the directory aside") {
+			t.Fatalf("corrupted record value: %v", err)
+		}
+		// A failed Open leaves nothing open behind it.
+		if n := openFDs(t); n > fds {
+			t.Fatalf("%d file descriptors before a failed Open, %d after", fds, n)
+		}
+	})
+}
+
+// openFDs counts the process's open file descriptors (Linux).
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count file descriptors here: %v", err)
+	}
+	return len(ents)
 }
 
 func TestPeerRoster(t *testing.T) {
