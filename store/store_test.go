@@ -386,6 +386,7 @@ func TestOpenErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		Open(d, Options{}) // anything the runtime opens once, on first use
 		fds := openFDs(t)
 		_, err = Open(d, Options{})
 		if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), rec.Key) ||
