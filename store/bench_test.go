@@ -120,7 +120,7 @@ func (c *corpus) record(i int, at int64) Entry {
 //
 // Tried and measured against this, and not kept: two commits in flight in
 // the log at once (groups of ~4 writers taking turns: 16,800-20,700 against
-// 21,900-26,200 puts/s, +12-15 µs CPU per put, the extra log write per put
+// 21,900-26,200 puts/s, +8-16 µs CPU per put, the extra log write per put
 // costing more than the overlap gains); a second log file so that commits
 // go on during a checkpoint (1 of 4 pairs faster; badger's sync then
 // competes with the commits' own writes, more puts over 5 ms); parking the
