@@ -77,6 +77,10 @@ func (s *Store) Check(ctx context.Context) error {
 			key := string(item.Key()[1:])
 			var rec Record
 			if err := item.Value(func(v []byte) error {
+				v, err := s.recordBytes(v)
+				if err != nil {
+					return err
+				}
 				var derr error
 				rec, derr = decodeRecord(key, v, false)
 				return derr

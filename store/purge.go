@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -123,6 +124,10 @@ func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, e
 		}
 	}
 	if res.Deleted > 0 {
+		if err := s.compactSegments(ctx); err != nil {
+			return res, fmt.Errorf("purge: %w", err)
+		}
+		// Records stored by a format 2 store are in badger's value log.
 		if err := s.compactValueLog(ctx); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
@@ -208,4 +213,102 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 		}, nil
 	})
+}
+
+// compactSegments gives back the space of deleted records in the log.
+// Every sealed segment (one before the replay mark) whose live records
+// fill less than half of it has them written again, through the writer
+// like any put, into the current segment, and is removed once they are
+// acknowledged there. A record changed or deleted meanwhile is left to
+// that change. A reader that looked a record up just before its move
+// finds the segment gone and looks again (Store.get).
+func (s *Store) compactSegments(ctx context.Context) error {
+	_, marked := s.log.current()
+	sizes, err := s.log.sealed()
+	if err != nil {
+		return fmt.Errorf("compacting log: %w", err)
+	}
+	type ref struct {
+		key string
+		ptr []byte
+	}
+	live := map[uint32]int64{}
+	refs := map[uint32][]ref{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte{pRec}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !isPtr(v) {
+				continue
+			}
+			p, err := decodePtr(v)
+			if err != nil {
+				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
+			}
+			if _, ok := sizes[p.seg]; ok && p.seg < marked {
+				live[p.seg] += int64(p.n)
+				refs[p.seg] = append(refs[p.seg], ref{string(item.Key()[1:]), v})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("compacting log: %w", err)
+	}
+	for seg, size := range sizes {
+		if seg >= marked || 2*live[seg] >= size-segDataStart {
+			continue
+		}
+		const chunk = 128
+		rs := refs[seg]
+		for start := 0; start < len(rs); start += chunk {
+			part := rs[start:min(start+chunk, len(rs))]
+			jobs := make([]*job, len(part))
+			for i, r := range part {
+				jobs[i] = newJob(ctx, 1024, func(t *wtx) (func(), error) {
+					if _, changed := t.w.ov[string(recKey(r.key))]; changed {
+						return nil, nil // by a batch not yet in badger
+					}
+					it, err := t.w.view().Get(recKey(r.key))
+					if errors.Is(err, badger.ErrKeyNotFound) {
+						return nil, nil
+					}
+					if err != nil {
+						return nil, err
+					}
+					now, err := it.ValueCopy(nil)
+					if err != nil {
+						return nil, err
+					}
+					if !bytes.Equal(now, r.ptr) {
+						return nil, nil
+					}
+					v, err := s.readPointer(now)
+					if err != nil {
+						return nil, fmt.Errorf("moving %s: %w", r.key, err)
+					}
+					t.set(recKey(r.key), v)
+					return nil, nil
+				})
+			}
+			errs, err := s.submit(ctx, jobs)
+			if err != nil {
+				return fmt.Errorf("compacting log: %w", err)
+			}
+			for i, e := range errs {
+				if e != nil {
+					return fmt.Errorf("compacting log: moving %s: %w", part[i].key, e)
+				}
+			}
+		}
+		if err := s.log.remove(seg); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
+		}
+	}
+	return nil
 }

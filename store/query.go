@@ -29,20 +29,30 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 		return Record{}, err
 	}
 	var rec Record
-	err := s.db.View(func(txn *badger.Txn) error {
+	read := func(txn *badger.Txn) error {
 		it, err := txn.Get(recKey(key))
 		if err != nil {
 			return err
 		}
-		return it.Value(func(v []byte) error {
-			var derr error
-			rec, derr = decodeRecord(key, v, withRaw)
-			if derr != nil {
-				return fmt.Errorf("%w: %v", ErrCorrupted, derr)
-			}
-			return nil
-		})
-	})
+		v, err := it.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if v, err = s.recordBytes(v); err != nil {
+			return err
+		}
+		var derr error
+		rec, derr = decodeRecord(key, v, withRaw)
+		if derr != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupted, derr)
+		}
+		return nil
+	}
+	err := s.db.View(read)
+	if errors.Is(err, errSegmentGone) {
+		// Compaction moved the record between the lookup and the read.
+		err = s.db.View(read)
+	}
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,10 +97,14 @@ var (
 	ErrInvalid    = errors.New("invalid entry")
 )
 
-// formatVersion 2 keeps the time, group and author orders in memory; a
-// format 1 store is upgraded at Open by dropping its order keys.
+// formatVersion 3 keeps records in the log segments, badger only pointers
+// to them (format 2 kept them in badger, and they stay readable there).
+// Format 2 kept the time, group and author orders in memory, where format 1
+// had them in badger: a format 1 store is upgraded at Open by dropping its
+// order keys.
 const (
-	formatVersion   = "cmbnode-store-2"
+	formatVersion   = "cmbnode-store-3"
+	formatVersionV2 = "cmbnode-store-2"
 	formatVersionV1 = "cmbnode-store-1"
 )
 
@@ -115,15 +121,19 @@ type Store struct {
 	// so Check can observe records and the in-memory index at one instant.
 	writeMu sync.Mutex
 
-	// wal is written only by the syncer goroutine (and Open/Close).
-	wal *wal
-	// walLimit is the log size that triggers a checkpoint (walCheckpoint;
-	// tests lower it).
+	// log is written only by the syncer goroutine (and Open/Close); it
+	// keeps the records (seglog.go).
+	log *segLog
+	// walLimit is how many bytes of frames trigger a checkpoint
+	// (walCheckpoint; tests lower it).
 	walLimit int64
 	// lostBadgerWrites makes the syncer log and acknowledge batches without
 	// applying them to badger: tests use it to stand for a power loss that
 	// took badger's unsynced pages, which replay must restore.
 	lostBadgerWrites bool
+	// inlineRecords makes the syncer store records in badger, as format 2
+	// did (tests of what such stores hold).
+	inlineRecords bool
 	// checkpointing, if set, is called as a checkpoint starts (tests).
 	checkpointing func()
 	// failed is set once a log write, sync or badger apply failed.
@@ -230,13 +240,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	if v1 {
 		// After the replay, which may bring order keys back from the log.
 		if err := s.upgradeFromV1(); err != nil {
-			s.wal.close()
+			s.log.close()
 			db.Close()
 			return nil, classifyOpenErr(dir, opts.Home, err)
 		}
 	}
 	if err := s.load(context.Background()); err != nil {
-		s.wal.close()
+		s.log.close()
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading records: %w", err))
 	}
@@ -261,41 +271,156 @@ func classifyOpenErr(dir, home string, err error) error {
 	}
 }
 
-// recover applies the write-ahead log's frames again (writes acknowledged
-// since the last checkpoint, which badger may have lost with the page
-// cache), makes badger durable and starts the log afresh.
+// recover applies again the frames logged since the replay mark (writes
+// acknowledged since the last checkpoint, which badger may have lost with
+// the page cache), makes badger durable and opens the newest log segment
+// for appending after its last whole frame. A format 2 store's own log is
+// applied first and removed.
 func (s *Store) recover() error {
-	w, frames, err := openWAL(s.dir)
+	if err := s.replayLegacyWAL(); err != nil {
+		return err
+	}
+	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}}
+	s.log = l
+	if err := s.replaySegments(l); err != nil {
+		l.close()
+		s.log = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Store) replaySegments(l *segLog) error {
+	segs, err := listSegments(s.dir)
 	if err != nil {
 		return err
 	}
+	markSeg, markOff, marked, err := s.readMark()
+	if err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		f, nonce, err := createSegment(s.dir, 1)
+		if err != nil {
+			return err
+		}
+		if err := l.openAppend(f, 1, nonce, segDataStart); err != nil {
+			return err
+		}
+		return s.mark()
+	}
+	replayed := false
+	var last *os.File
+	var lastNonce uint64
+	var end int64
+	for i, n := range segs {
+		newest := i == len(segs)-1
+		mode := os.O_RDONLY
+		if newest {
+			mode = os.O_RDWR
+		}
+		f, err := os.OpenFile(filepath.Join(s.dir, segName(n)), mode, 0)
+		if err != nil {
+			return fmt.Errorf("opening log segment: %w", err)
+		}
+		l.files[n] = f
+		nonce, herr := readSegmentHeader(f, n)
+		if herr != nil {
+			if !newest {
+				return fmt.Errorf("%w: %v", ErrCorrupted, herr)
+			}
+			// A segment is started only once badger holds everything
+			// before it, and written to only once its header is durable:
+			// a torn header stands for an empty segment.
+			f.Close()
+			delete(l.files, n)
+			if f, nonce, err = createSegment(s.dir, n); err != nil {
+				return err
+			}
+			l.files[n] = f
+			last, lastNonce, end = f, nonce, segDataStart
+			continue
+		}
+		if marked && n < markSeg {
+			continue
+		}
+		start := int64(segDataStart)
+		if marked && n == markSeg {
+			start = markOff
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("opening log segment: %w", err)
+		}
+		frame := 0
+		stop, err := scanFrames(f, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
+			frame++
+			ops, err := decodeOps(p, n, payOff)
+			if err == nil {
+				err = applyOps(s.db, ops)
+			}
+			if err != nil {
+				return fmt.Errorf("%w: replaying frame %d of log segment %d: %v", ErrCorrupted, frame, n, err)
+			}
+			replayed = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if newest {
+			last, lastNonce, end = f, nonce, stop
+		}
+	}
+	if replayed {
+		if err := syncBadger(s.db, s.dir); err != nil {
+			return err
+		}
+	}
+	if err := l.openAppend(last, segs[len(segs)-1], lastNonce, end); err != nil {
+		return err
+	}
+	if replayed || !marked || markSeg != segs[len(segs)-1] || markOff != end {
+		return s.mark()
+	}
+	l.marked = markSeg
+	return nil
+}
+
+// replayLegacyWAL applies the frames of a format 2 store's cmbnode.wal
+// (records in them go to badger whole, as that format kept them), makes
+// badger durable and removes the file.
+func (s *Store) replayLegacyWAL() error {
+	frames, found, err := readLegacyWAL(s.dir)
+	if err != nil || !found {
+		return err
+	}
 	for i, p := range frames {
-		ops, err := decodeOps(p)
+		ops, err := decodeOps(p, 0, 0)
 		if err == nil {
 			err = applyOps(s.db, ops)
 		}
 		if err != nil {
-			w.close()
-			return fmt.Errorf("%w: replaying write-ahead log frame %d: %v", ErrCorrupted, i, err)
+			return fmt.Errorf("%w: replaying frame %d of %s: %v", ErrCorrupted, i, legacyWALName, err)
 		}
 	}
 	if err := syncBadger(s.db, s.dir); err != nil {
-		w.close()
 		return err
 	}
-	if err := w.reset(); err != nil {
-		w.close()
-		return err
+	if err := os.Remove(filepath.Join(s.dir, legacyWALName)); err != nil {
+		return fmt.Errorf("removing old write-ahead log: %w", err)
 	}
-	s.wal = w
-	return nil
+	return syncDir(s.dir)
 }
 
 var formatKey = []byte{pMeta, 'v'}
 
 // checkFormat marks a new store with formatVersion and refuses one written
-// in a format this build does not know; v1 reports a store to upgrade.
+// in a format this build does not know; v1 reports a store to upgrade. A
+// format 2 store is marked format 3 at once, durably, before the first
+// record pointer: its records stay readable where they are.
 func (s *Store) checkFormat() (v1 bool, err error) {
+	v2 := false
 	err = s.db.Update(func(txn *badger.Txn) error {
 		it, err := txn.Get(formatKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -310,6 +435,9 @@ func (s *Store) checkFormat() (v1 bool, err error) {
 		}
 		switch string(v) {
 		case formatVersion:
+		case formatVersionV2:
+			v2 = true
+			return txn.Set(formatKey, []byte(formatVersion))
 		case formatVersionV1:
 			v1 = true
 		default:
@@ -317,11 +445,16 @@ func (s *Store) checkFormat() (v1 bool, err error) {
 		}
 		return nil
 	})
+	if err == nil && v2 {
+		if err = syncBadger(s.db, s.dir); err != nil {
+			err = fmt.Errorf("upgrading store format: %w", err)
+		}
+	}
 	return v1, err
 }
 
 // upgradeFromV1 drops the order keys format 1 kept in badger, then marks the
-// store as format 2, durably. Interrupted, it runs again at the next Open.
+// store as format 3, durably. Interrupted, it runs again at the next Open.
 func (s *Store) upgradeFromV1() error {
 	if err := s.db.DropPrefix([]byte{pTime}, []byte{pGroup}, []byte{pAuthor}); err != nil {
 		return fmt.Errorf("upgrading store format: %w", err)
@@ -335,9 +468,27 @@ func (s *Store) upgradeFromV1() error {
 }
 
 // load counts records and rebuilds the in-memory text index from them.
+// Records in the log are read in log order, not key order: after a reboot
+// that is one pass over each segment instead of a seek per record.
 func (s *Store) load(ctx context.Context) error {
 	var n int64
 	s.loadedKeys = map[string]struct{}{}
+	add := func(key string, v []byte) error {
+		rec, err := decodeRecord(key, v, false)
+		if err != nil {
+			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
+		}
+		s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+		s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
+		s.loadedKeys[rec.Key] = struct{}{}
+		n++
+		return nil
+	}
+	type located struct {
+		key string
+		p   segPtr
+	}
+	var inLog []located
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})
 		defer it.Close()
@@ -346,24 +497,44 @@ func (s *Store) load(ctx context.Context) error {
 				return err
 			}
 			item := it.Item()
-			var rec Record
+			key := string(item.Key()[1:])
 			err := item.Value(func(v []byte) error {
-				var err error
-				rec, err = decodeRecord(string(item.Key()[1:]), v, false)
-				return err
+				if !isPtr(v) {
+					return add(key, v)
+				}
+				p, err := decodePtr(v)
+				if err != nil {
+					return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
+				}
+				inLog = append(inLog, located{key, p})
+				return nil
 			})
 			if err != nil {
-				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
+				return err
 			}
-			s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-			s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
-			s.loadedKeys[rec.Key] = struct{}{}
-			n++
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(inLog, func(a, b located) int {
+		return cmp.Or(cmp.Compare(a.p.seg, b.p.seg), cmp.Compare(a.p.off, b.p.off))
+	})
+	for _, r := range inLog {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v, err := s.log.read(r.p)
+		if err != nil {
+			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, r.key, err)
+		}
+		if err := add(r.key, v); err != nil {
+			return err
+		}
+	}
 	s.count.Store(n)
-	return err
+	return nil
 }
 
 // Close flushes and closes the store. Pending puts are committed first.
@@ -373,18 +544,21 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.closing)
 		<-s.wdone
-		// Only once badger is durable may the log forget its frames.
+		// Once badger is durable no frame needs replaying: the mark moves
+		// to the end of the log, and the segment drops its unused room.
 		serr := syncBadger(s.db, s.dir)
+		if serr == nil && s.broken() == nil {
+			if serr = s.log.seal(); serr == nil {
+				serr = s.mark()
+			}
+		}
 		if cerr := s.db.Close(); cerr != nil {
 			err = fmt.Errorf("closing store %s: %w", s.dir, cerr)
-		}
-		if serr == nil && err == nil && s.broken() == nil {
-			serr = s.wal.shrink()
 		}
 		if serr != nil && err == nil {
 			err = fmt.Errorf("closing store %s: %w", s.dir, serr)
 		}
-		s.wal.close()
+		s.log.close()
 	})
 	return err
 }
@@ -402,6 +576,8 @@ type Stats struct {
 	Terms     int
 	LSMBytes  int64
 	VLogBytes int64
+	// LogBytes is the size of the log segments, which hold the records.
+	LogBytes int64
 	// DiskBytes is the allocated size of every file in the store directory.
 	DiskBytes int64
 	// Commits and CommittedJobs since Open: their ratio is the mean number
@@ -413,6 +589,7 @@ type Stats struct {
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Records: s.Count(), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
 	st.LSMBytes, st.VLogBytes = s.db.Size()
+	st.LogBytes = s.log.bytes()
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pPeer}})
 		defer it.Close()

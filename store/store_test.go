@@ -575,8 +575,9 @@ func TestCheckReportsDisagreement(t *testing.T) {
 }
 
 // TestPurgeReclaimsValueLog checks that a purge gives back the value-log
-// space of deleted records and that the records it keeps survive the value
-// log's rewrite, a reopen and Check.
+// space of deleted records stored the way format 2 stored them (in badger)
+// and that the records it keeps survive the value log's rewrite, a reopen
+// and Check.
 func TestPurgeReclaimsValueLog(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -586,6 +587,7 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.inlineRecords = true // as a format 2 store holds them
 	const n, keep = 4000, 300
 	c := newCorpus(9)
 	var kept []Entry
@@ -628,6 +630,7 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 		if s, err = Open(dir, opts); err != nil {
 			t.Fatal(err)
 		}
+		s.inlineRecords = true
 	}
 	if err := s.db.Flatten(1); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,9 +9,12 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // crashWithoutBadger stops a store the way a power loss would leave it if
@@ -25,7 +29,7 @@ func crashWithoutBadger(t *testing.T, s *Store) {
 		if err := s.db.Close(); err != nil {
 			t.Error(err)
 		}
-		s.wal.close()
+		s.log.close()
 	})
 }
 
@@ -105,17 +109,17 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := s.wal.off
+	off, seg := s.log.off, s.log.seg
 	if _, _, err := s.Put(ctx, mkEntry("torn", 1001, "torn frame"), Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	crashWithoutBadger(t, s)
 	// Tear the second frame: flip a byte of its payload.
-	f, err := os.OpenFile(filepath.Join(dir, walFileName), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(dir, segName(seg)), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{0xff}, off+walFrameHdr+5); err != nil {
+	if _, err := f.WriteAt([]byte{0xff}, off+segFrameHdr+5); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -127,8 +131,9 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 	if _, err := s.Get(ctx, testKey("torn")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("torn frame replayed: %v", err)
 	}
-	// The replayed state was checkpointed and the log restarted: a purge
-	// known only to the new epoch's frames must win over the old frames.
+	// The replayed state was made durable and the log goes on after the
+	// last whole frame: a purge known only to frames written since must win
+	// over the frames before, and over what is left of the torn one.
 	s.lostBadgerWrites = true
 	if res, err := s.PurgeBefore(ctx, 2000); err != nil || res.Deleted != 1 {
 		t.Fatalf("purge: %+v %v", res, err)
@@ -137,7 +142,7 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 	s = openTest(t, dir)
 	defer s.Close()
 	if _, err := s.Get(ctx, keep.Key); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("a frame of an earlier epoch came back: %v", err)
+		t.Fatalf("a frame from before the replay mark came back: %v", err)
 	}
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -149,7 +154,7 @@ func TestWALCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, dir)
 	s.walLimit = 16 << 10
-	epoch := s.wal.epoch
+	seg, _ := s.log.current()
 	var keys []string
 	for i := range 300 {
 		e := mkEntry(fmt.Sprintf("cp-%d", i), int64(1000+i), fmt.Sprintf("checkpointed text %d", i))
@@ -159,8 +164,8 @@ func TestWALCheckpoints(t *testing.T) {
 		keys = append(keys, e.Key)
 	}
 	settle(t, s)
-	if s.wal.epoch < epoch+5 {
-		t.Fatalf("expected several checkpoints, epoch went %d -> %d", epoch, s.wal.epoch)
+	if now, marked := s.log.current(); now < seg+5 || marked != now {
+		t.Fatalf("expected several checkpoints: segment %d -> %d, replay mark in %d", seg, now, marked)
 	}
 	// Writes since the last checkpoint exist only in the log (and no
 	// checkpoint may follow them: badger does not have them).
@@ -196,10 +201,10 @@ func TestWALPageCachePath(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	s := openTest(t, dir)
-	t.Logf("O_DIRECT frames in %s: %v", dir, s.wal.direct != nil)
-	if s.wal.direct != nil {
-		s.wal.direct.Close()
-		s.wal.direct = nil
+	t.Logf("O_DIRECT frames in %s: %v", dir, s.log.direct != nil)
+	if s.log.direct != nil {
+		s.log.direct.Close()
+		s.log.direct = nil
 	}
 	s.lostBadgerWrites = true
 	var keys []string
@@ -210,9 +215,6 @@ func TestWALPageCachePath(t *testing.T) {
 		}
 		keys = append(keys, e.Key)
 	}
-	if s.wal.off%walAlign != 0 {
-		t.Fatalf("frame end %d not block-aligned", s.wal.off)
-	}
 	crashWithoutBadger(t, s)
 	s = openTest(t, dir)
 	for _, k := range keys {
@@ -222,82 +224,130 @@ func TestWALPageCachePath(t *testing.T) {
 	}
 }
 
-// TestWALReplaysVersion1 replays a log in the older layout (frames without
-// padding), as a store left by a crash of an earlier build has.
-func TestWALReplaysVersion1(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	s := openTest(t, dir)
-	// Capture two frames' payloads as this build writes them, then lose them.
-	s.lostBadgerWrites = true
-	var payloads [][]byte
-	var keys []string
-	for i := range 2 {
-		start := s.wal.off
-		e := mkEntry(fmt.Sprintf("v1-%d", i), int64(1000+i), "older log layout")
-		if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, e.Key)
-		hdr := make([]byte, walFrameHdr)
-		if _, err := s.wal.f.ReadAt(hdr, start); err != nil {
-			t.Fatal(err)
-		}
-		p := make([]byte, binary.LittleEndian.Uint32(hdr[4:]))
-		if _, err := s.wal.f.ReadAt(p, start+walFrameHdr); err != nil {
-			t.Fatal(err)
-		}
-		payloads = append(payloads, p)
-	}
-	epoch := s.wal.epoch
-	crashWithoutBadger(t, s)
+// TestLegacyWALReplayed opens a format 2 store that a crash left with
+// frames in its own log, cmbnode.wal, in both of that log's layouts: the
+// frames are applied, the log removed and the store marked format 3.
+func TestLegacyWALReplayed(t *testing.T) {
+	for _, magic := range []string{legacyMagic, legacyMagicV1} {
+		t.Run(magic, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			s := openTest(t, dir)
+			before := mkEntry("before", 1000, "stored by format 2")
+			s.inlineRecords = true
+			mustPut(t, s, before)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			setFormat(t, dir, formatVersionV2)
 
-	// Rewrite the log as version 1: same epoch, frames back to back.
-	f, err := os.OpenFile(filepath.Join(dir, walFileName), os.O_RDWR, 0)
+			// Two frames as format 2 wrote them: records whole, with their
+			// lineage edges.
+			var keys []string
+			var payloads [][]byte
+			for i := range 2 {
+				e := mkEntry(fmt.Sprintf("legacy-%d", i), int64(2000+i), "only in the old log")
+				e.Parents = []string{before.Key}
+				rec := Record{Entry: e, Meta: Meta{StoredAt: time.UnixMilli(testBase), Source: "local"}}
+				p := appendOp(nil, walOp{key: recKey(e.Key), val: encodeRecord(&rec)})
+				for _, k := range indexKeys(&e) {
+					p = appendOp(p, walOp{key: k, val: []byte{}})
+				}
+				payloads = append(payloads, p)
+				keys = append(keys, e.Key)
+			}
+			const epoch = 7
+			hdr := make([]byte, 512)
+			copy(hdr, magic)
+			binary.LittleEndian.PutUint64(hdr[8:], epoch)
+			binary.LittleEndian.PutUint32(hdr[16:], crc32.Checksum(hdr[:16], walCRC))
+			log := append(hdr, make([]byte, legacyDataStart-len(hdr))...)
+			for _, p := range payloads {
+				fh := binary.LittleEndian.AppendUint32(nil, legacyFrameMagic)
+				fh = binary.LittleEndian.AppendUint32(fh, uint32(len(p)))
+				fh = binary.LittleEndian.AppendUint64(fh, epoch)
+				fh = binary.LittleEndian.AppendUint32(fh, crc32.Update(crc32.Checksum(fh[8:16], walCRC), walCRC, p))
+				log = append(append(log, fh...), p...)
+				if magic == legacyMagic {
+					log = append(log, make([]byte, alignUp(int64(len(log)))-int64(len(log)))...)
+				}
+			}
+			log = append(log, make([]byte, walAlign)...)
+			if err := os.WriteFile(filepath.Join(dir, legacyWALName), log, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			s = openTest(t, dir)
+			for _, k := range append(keys, before.Key) {
+				if _, err := s.Get(ctx, k); err != nil {
+					t.Fatalf("%s not replayed from a %s log: %v", k, magic, err)
+				}
+			}
+			kids, err := s.Children(ctx, before.Key)
+			if err != nil || len(kids) != 2 {
+				t.Fatalf("lineage edges of the old log: %v %v", kids, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, legacyWALName)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("old log left behind: %v", err)
+			}
+			// Writes after the upgrade go to the log segments and survive a
+			// crash; the store is format 3 now.
+			s.lostBadgerWrites = true
+			e := mkEntry("after", 3000, "after the upgrade")
+			mustPut(t, s, e)
+			crashWithoutBadger(t, s)
+			s = openTest(t, dir)
+			if _, err := s.Get(ctx, e.Key); err != nil {
+				t.Fatalf("write after the upgrade lost: %v", err)
+			}
+			if err := s.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFormat(t, dir); got != formatVersion {
+				t.Fatalf("format after upgrade %q", got)
+			}
+		})
+	}
+}
+
+func setFormat(t *testing.T, dir, v string) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := make([]byte, 512)
-	copy(hdr, walMagicV1)
-	binary.LittleEndian.PutUint64(hdr[8:], epoch)
-	binary.LittleEndian.PutUint32(hdr[16:], crc32.Checksum(hdr[:16], walCRC))
-	log := append([]byte(nil), hdr...)
-	log = append(log, make([]byte, walDataStart-len(log))...)
-	for _, p := range payloads {
-		fh := binary.LittleEndian.AppendUint32(nil, walFrameMagic)
-		fh = binary.LittleEndian.AppendUint32(fh, uint32(len(p)))
-		fh = binary.LittleEndian.AppendUint64(fh, epoch)
-		fh = binary.LittleEndian.AppendUint32(fh, crc32.Update(crc32.Checksum(fh[8:16], walCRC), walCRC, p))
-		log = append(append(log, fh...), p...)
+	err = db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(v)) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Truncate(0); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(append(log, make([]byte, walAlign)...), 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+}
 
-	s = openTest(t, dir)
-	for _, k := range keys {
-		if _, err := s.Get(ctx, k); err != nil {
-			t.Fatalf("%s not replayed from a version 1 log: %v", k, err)
+func readFormat(t *testing.T, dir string) string {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v []byte
+	err = db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(formatKey)
+		if err != nil {
+			return err
 		}
-	}
-	// The log restarted in the current layout.
-	s.lostBadgerWrites = true
-	e := mkEntry("v2", 2000, "after the upgrade")
-	if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+		v, err = it.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	crashWithoutBadger(t, s)
-	s = openTest(t, dir)
-	if _, err := s.Get(ctx, e.Key); err != nil {
-		t.Fatalf("write after the upgrade lost: %v", err)
-	}
-	if err := s.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return string(v)
 }
 
 // settle waits until the writer has finished with every batch before it,
@@ -378,5 +428,220 @@ func TestCheckpointAfterAcknowledgement(t *testing.T) {
 	}
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSegmentsCompactAfterPurge: a purge gives back the log space of the
+// records it deleted, and the records it keeps survive being moved, a
+// reopen and Check.
+func TestSegmentsCompactAfterPurge(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.UnixMilli(testBase + 100*3600*1000)
+	opts := Options{Now: func() time.Time { return now }}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.walLimit = 256 << 10
+	const n, keep = 3000, 200
+	c := newCorpus(11)
+	var kept []Entry
+	var items []Item
+	for i := range n {
+		at := testBase + int64(i)
+		if i%(n/keep) == 0 {
+			at = now.UnixMilli() - int64(i) // recent, spread over all segments
+		}
+		e := c.record(i, at)
+		if at > testBase+n {
+			kept = append(kept, e)
+		}
+		items = append(items, Item{Entry: e})
+		if len(items) == 100 {
+			if _, err := s.PutMany(ctx, items); err != nil {
+				t.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	settle(t, s)
+	segsBefore, bytesBefore := logBytes(t, s)
+	res, err := s.Purge(ctx, time.Hour)
+	if err != nil || res.Deleted != n-len(kept) {
+		t.Fatalf("purge: %+v %v (want %d deleted)", res, err, n-len(kept))
+	}
+	segsAfter, bytesAfter := logBytes(t, s)
+	t.Logf("log: %d segments, %d bytes → %d segments, %d bytes", segsBefore, bytesBefore, segsAfter, bytesAfter)
+	if bytesAfter > bytesBefore/4 || segsAfter >= segsBefore {
+		t.Fatalf("log not compacted: %d segments, %d bytes → %d, %d", segsBefore, bytesBefore, segsAfter, bytesAfter)
+	}
+	for _, e := range kept {
+		got, err := s.Get(ctx, e.Key)
+		if err != nil || !bytes.Equal(got.Raw, e.Raw) {
+			t.Fatalf("kept %s after compaction: %v", e.Key, err)
+		}
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Moved records are replayed from the log like any write.
+	s.lostBadgerWrites = true
+	crashWithoutBadger(t, s)
+	s = openTest(t, dir)
+	defer s.Close()
+	if s.Count() != len(kept) {
+		t.Fatalf("count %d after reopen, want %d", s.Count(), len(kept))
+	}
+	for _, e := range kept {
+		got, err := s.Get(ctx, e.Key)
+		if err != nil || !bytes.Equal(got.Raw, e.Raw) {
+			t.Fatalf("kept %s after reopen: %v", e.Key, err)
+		}
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logBytes counts the segments and the bytes their frames take (the
+// current segment's zero-filled room left out).
+func logBytes(t *testing.T, s *Store) (int, int64) {
+	t.Helper()
+	n, total := segmentBytes(t, s.dir)
+	return n, total - s.log.size + s.log.off
+}
+
+func segmentBytes(t *testing.T, dir string) (int, int64) {
+	t.Helper()
+	segs, err := listSegments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, n := range segs {
+		fi, err := os.Stat(filepath.Join(dir, segName(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	return len(segs), total
+}
+
+// TestReopenAppendsToSegment: a clean close leaves the log ready to go on
+// where it ended, so opening a store does not start a segment each time,
+// and what is written across reopens stays.
+func TestReopenAppendsToSegment(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var keys []string
+	for i := range 5 {
+		s := openTest(t, dir)
+		for j := range 3 {
+			e := mkEntry(fmt.Sprintf("r%d-%d", i, j), int64(1000+10*i+j), "across reopens")
+			mustPut(t, s, e)
+			keys = append(keys, e.Key)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if segs, _ := segmentBytes(t, dir); segs != 1 {
+		t.Fatalf("%d segments after five clean reopens, want 1", segs)
+	}
+	s := openTest(t, dir)
+	defer s.Close()
+	for _, k := range keys {
+		if _, err := s.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCorruptRecordInLog: a record whose bytes in the log changed is
+// reported, by Get, by Check and by Open, with its key.
+func TestCorruptRecordInLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	good, bad := mkEntry("good", 1000, "intact"), mkEntry("bad", 1001, "flipped")
+	mustPut(t, s, good)
+	seg, off := s.log.seg, s.log.payloadOff()
+	mustPut(t, s, bad)
+	f, err := os.OpenFile(filepath.Join(dir, segName(seg)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Well inside the record: past its key, in its texts.
+	if _, err := f.WriteAt([]byte("X"), off+int64(len(bad.Key))+80); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := s.Get(ctx, good.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, bad.Key); !errors.Is(err, ErrCorrupted) {
+		t.Fatalf("Get of a changed record: %v", err)
+	}
+	err = s.Check(ctx)
+	if err == nil || !strings.Contains(err.Error(), bad.Key) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("Check: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), bad.Key) {
+		t.Fatalf("Open: %v", err)
+	}
+}
+
+// TestReadsFrameBeingWritten: a pointer into the frame being written is
+// read from memory, one into an earlier frame from the file, and a
+// mismatch is caught by the checksum.
+func TestReadsFrameBeingWritten(t *testing.T) {
+	dir := t.TempDir()
+	f, nonce, err := createSegment(dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &segLog{dir: dir, files: map[uint32]*os.File{}}
+	if err := l.openAppend(f, 1, nonce, segDataStart); err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	ptr := func(payload []byte, at int64, val []byte) segPtr {
+		i := bytes.Index(payload, val)
+		return segPtr{seg: 1, off: at + int64(i), n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)}
+	}
+	first := appendOp(nil, walOp{key: []byte("r1"), val: []byte("first record")})
+	p1 := ptr(first, l.payloadOff(), []byte("first record"))
+	if err := l.append(first); err != nil {
+		t.Fatal(err)
+	}
+	second := appendOp(nil, walOp{key: []byte("r2"), val: []byte("second record")})
+	p2 := ptr(second, l.payloadOff(), []byte("second record"))
+	l.setPending(second)
+	for _, c := range []struct {
+		p    segPtr
+		want string
+	}{{p1, "first record"}, {p2, "second record"}} {
+		got, err := l.read(c.p)
+		if err != nil || string(got) != c.want {
+			t.Fatalf("read %+v: %q %v", c.p, got, err)
+		}
+	}
+	l.clearPending()
+	if _, err := l.read(p2); err == nil {
+		t.Fatal("read a frame not yet written from the file")
+	}
+	p1.crc++
+	if _, err := l.read(p1); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("changed bytes: %v", err)
+	}
+	p1.seg = 9
+	if _, err := l.read(p1); !errors.Is(err, errSegmentGone) {
+		t.Fatalf("missing segment: %v", err)
 	}
 }

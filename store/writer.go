@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -123,6 +125,9 @@ func (t *wtx) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	v, err := it.ValueCopy(nil)
+	if err == nil && isPtr(v) {
+		v, err = t.w.s.readPointer(v)
+	}
 	return v, err == nil, err
 }
 
@@ -331,17 +336,29 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 	for b := range in {
 		var err error
 		if len(b.ops) > 0 {
+			// Records stay where this frame puts them; badger gets pointers.
 			payload = payload[:0]
-			for _, op := range b.ops {
-				payload = appendOp(payload, op)
+			seg, at := s.log.seg, s.log.payloadOff()
+			for i := range b.ops {
+				op := &b.ops[i]
+				if !op.isRecordSet() || s.inlineRecords {
+					payload = appendOp(payload, *op)
+					continue
+				}
+				var pos int
+				payload, pos = appendSet(payload, *op)
+				op.ptr = segPtr{seg: seg, off: at + int64(pos), n: uint32(len(op.val)), crc: crc32.Checksum(op.val, walCRC)}.encode()
 			}
 			err = s.broken()
 			if err == nil {
+				// Readers may find the pointers in badger before the frame
+				// is on disk; they read it from here meanwhile.
+				s.log.setPending(payload)
 				werr := make(chan error, 1)
 				go func() {
-					err := s.wal.append(payload)
+					err := s.log.append(payload)
 					if err == nil {
-						err = s.wal.sync()
+						err = s.log.sync()
 					}
 					werr <- err
 				}()
@@ -352,6 +369,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 				runtime.Gosched()
 				aerr := s.applyLocked(b)
 				err = <-werr
+				s.log.clearPending()
 				if err == nil {
 					err = aerr
 				}
@@ -372,7 +390,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		}
 		// The batch is durable in the log already: its callers need not
 		// wait for badger's sync (~25 ms) at a checkpoint.
-		if err == nil && len(b.ops) > 0 && s.wal.off >= s.walLimit {
+		if err == nil && len(b.ops) > 0 && s.log.since >= s.walLimit {
 			if err := s.checkpoint(); err != nil {
 				s.breakWith(err)
 			}
@@ -430,9 +448,12 @@ func applyOps(db *badger.DB, ops []walOp) error {
 	for _, op := range ops {
 		var err error
 		for try := 0; try < 2; try++ {
-			if op.del {
+			switch {
+			case op.del:
 				err = txn.Delete(op.key)
-			} else {
+			case op.ptr != nil:
+				err = txn.Set(op.key, op.ptr)
+			default:
 				err = txn.Set(op.key, op.val)
 			}
 			if !errors.Is(err, badger.ErrTxnTooBig) {
@@ -453,8 +474,8 @@ func applyOps(db *badger.DB, ops []walOp) error {
 	return nil
 }
 
-// checkpoint makes everything badger holds durable, after which the log's
-// frames are no longer needed.
+// checkpoint makes everything badger holds durable and starts a new log
+// segment, from which frames will be applied again after a crash.
 func (s *Store) checkpoint() error {
 	if s.checkpointing != nil {
 		s.checkpointing()
@@ -462,7 +483,79 @@ func (s *Store) checkpoint() error {
 	if err := syncBadger(s.db, s.dir); err != nil {
 		return err
 	}
-	return s.wal.reset()
+	if err := s.log.rotate(); err != nil {
+		return err
+	}
+	return s.mark()
+}
+
+var markKey = []byte{pMeta, 'l'}
+
+// mark stores, durably, that frames before the current end of the log are
+// in badger: replay starts there.
+func (s *Store) mark() error {
+	seg, off := s.log.seg, s.log.off
+	v := binary.LittleEndian.AppendUint32(nil, seg)
+	v = binary.LittleEndian.AppendUint64(v, uint64(off))
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(markKey, v) })
+	if err == nil {
+		err = s.db.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("storing the log's replay mark: %w", err)
+	}
+	s.log.mu.Lock()
+	s.log.marked = seg
+	s.log.mu.Unlock()
+	return nil
+}
+
+// readMark returns the replay mark; ok is false in a store without one.
+func (s *Store) readMark() (seg uint32, off int64, ok bool, err error) {
+	err = s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(markKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := it.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if len(v) != 12 {
+			return fmt.Errorf("%w: log replay mark has %d bytes", ErrCorrupted, len(v))
+		}
+		seg, off, ok = binary.LittleEndian.Uint32(v), int64(binary.LittleEndian.Uint64(v[4:])), true
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("reading the log's replay mark: %w", err)
+	}
+	return seg, off, ok, err
+}
+
+// readPointer returns the record a badger value points to.
+func (s *Store) readPointer(v []byte) ([]byte, error) {
+	p, err := decodePtr(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
+	}
+	rec, err := s.log.read(p)
+	if err != nil && !errors.Is(err, errSegmentGone) {
+		err = fmt.Errorf("%w: %v", ErrCorrupted, err)
+	}
+	return rec, err
+}
+
+// recordBytes returns a record value as badger holds it, following a
+// pointer into the log.
+func (s *Store) recordBytes(v []byte) ([]byte, error) {
+	if isPtr(v) {
+		return s.readPointer(v)
+	}
+	return v, nil
 }
 
 // syncBadger makes every write badger has accepted durable: its active
