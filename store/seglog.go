@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
 // The record log is written once and read forever. Each group commit is
@@ -81,6 +82,7 @@ type segLog struct {
 	since  int64 // frame bytes since the last checkpoint
 	tail   []byte
 	buf    []byte
+	zeros  []byte // never written: the source of direct zero-fills
 	// end is off, for readers on other goroutines (Stats).
 	end atomic.Int64
 
@@ -317,6 +319,23 @@ func (l *segLog) grow(need int64) error {
 	target := alignUp(l.size)
 	for target < need {
 		target += walGrow
+	}
+	if l.direct != nil && l.size%walAlign == 0 {
+		// One direct write of zeros, durable with its new size when it
+		// returns: no page cache to fill now and to drop again when the
+		// frames overwrite it.
+		if len(l.zeros) < walGrow {
+			l.zeros = make([]byte, walGrow+walAlign)
+		}
+		skip := int(-uintptr(unsafe.Pointer(&l.zeros[0])) & (walAlign - 1))
+		zero := l.zeros[skip : skip+walGrow]
+		for off := l.size; off < target; off += walGrow {
+			if _, err := l.direct.WriteAt(zero, off); err != nil {
+				return fmt.Errorf("growing log segment: %w", err)
+			}
+		}
+		l.size = target
+		return nil
 	}
 	zero := make([]byte, 1<<20)
 	for off := l.size; off < target; {
