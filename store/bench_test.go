@@ -93,50 +93,44 @@ func (c *corpus) record(i int, at int64) Entry {
 //
 // The path a synchronous put waits on (writer.go): the caller encodes the
 // record; the writer goroutine checks for a duplicate and adds it to the
-// batch being built; the syncer writes the batch as one log frame with
-// O_DIRECT|O_DSYNC while, at the same time, badger applies it; then the
-// callers are acknowledged. Tokenising and the in-memory indexes run after
-// that on the indexer goroutine, so they cost CPU but not latency.
+// batch being built; the syncer writes the batch as one frame of the log
+// (seglog.go) with O_DIRECT|O_DSYNC while, at the same time, badger takes
+// a pointer to each record in that frame; then the callers are
+// acknowledged. Tokenising and the in-memory indexes run after that on the
+// indexer goroutine, so they cost CPU but not latency.
 //
-// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA), a
-// trace of 100k puts by 8 writers gives this cycle: ~70-85 µs from the
-// acknowledgement until the next batch is handed over (the 8 writers
-// preparing their next puts, mostly one after another on one core while
-// the indexer holds the other); the log write starts ~15 µs later and
-// takes 230-250 µs (170-185 µs alone: a busy second core adds ~50 µs to
-// every write on this VM, and the write itself costs ~90 µs of CPU);
-// badger's apply ends well inside it; callers are acknowledged ~40 µs
-// after the write returns. Per put, in a CPU profile of 100k puts: ~18 µs
-// indexing (3 tokenising, 7 into the text index's delta, 6.5 merging it,
-// 1.5 orders), ~8 badger, ~7 log write (a share of one), ~5 encoding and
-// submitting, ~3 writer, ~7 allocation and GC, ~9 goroutine switches and
-// wake-ups: 50-60 µs of CPU, against 35-45 µs when writers keep puts in
-// flight and commits hold 40-80 records (BenchmarkPut1KBPipelined). How
-// busy the VM's host is moves all of it: the same binary measured 43-69 µs
-// per put, and across runs puts/s times CPU µs per put stays at 1.14-1.21
-// million, i.e. ~1.2 cores busy: throughput is CPU speed over CPU per put,
-// from ~17,400 puts/s at 69 µs to ~27,800 at 43 µs (100k puts each), while
-// the device's own 16 KB O_DSYNC write latency (174-215 µs) did not follow.
+// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA), the
+// device takes ~200 µs per 16 KB O_DSYNC write and each costs ~100 µs of
+// CPU; 8 writers' commits hold ~8 puts. Per put, in a CPU profile of 100k
+// puts (41 µs in all, a fast moment): ~14.6 indexing (tokenising, the text
+// index's delta and its merges, orders), ~6.5 the log write (a share of
+// one), ~4.3 badger (its skiplist, for a pointer), ~4.9 encoding and
+// submitting, ~2 writer, ~2 syncer, ~1.5 GC, the rest goroutine switches
+// and wake-ups. Throughput is ~1.2 cores over CPU per put, and the VM's
+// speed moves both: the same binary measured 18-28k puts/s over a day.
 //
-// Tried and measured against this, and not kept: two commits in flight in
-// the log at once (groups of ~4 writers taking turns: 16,800-20,700 against
-// 21,900-26,200 puts/s, +8-16 µs CPU per put, the extra log write per put
-// costing more than the overlap gains); a second log file so that commits
-// go on during a checkpoint (1 of 4 pairs faster; badger's sync then
-// competes with the commits' own writes, more puts over 5 ms); parking the
-// indexer while writers prepare (no shorter preparation, later log writes);
-// indexing during the log write; a yield after each acknowledgement; the
-// writer taking all queued jobs at once (4 of 11 pairs faster).
-//
-// The 20-50 ms stalls (8-11 per 100k puts besides the checkpoints) are
-// badger's writes into its memory-mapped value log: a fault in a hole
-// reads around it, zero-filling read_ahead_kb (8 MB here) of fresh page
-// cache on badger's write goroutine (filemap_fault → page_cache_ra_order →
-// memset). Reading the file ahead of badger through a second descriptor
-// (read-ahead off, 256 KB at a time, 16 MB ahead) cut puts over 20 ms from
-// 104-112 to 40-48 per 100k, but p99 rose (1.2-1.7 to 1.6-2.0 ms) and
-// throughput did not move, so it was not kept; the stall left at each new
-// value log file is badger's first fault reading around 8 MB.
+// Where the time went before, and what was tried:
+//   - Records were written twice, to the log and into badger's value log
+//     (an mmap whose fresh pages fault in zero-filled, 8 MB of read-around
+//     at a time, stalling puts 20-50 ms); since each is written once, in
+//     the log, with badger holding pointers: ~22k -> ~27k puts/s, 20% less
+//     CPU per put, no such stalls.
+//   - The log grows in zero-filled 4 MB steps so that frame writes never
+//     allocate (an allocating O_DSYNC write also commits the journal).
+//     Steps are direct writes; filling them in the background instead
+//     cost CPU and slowed the frame writes it ran beside (4 of 4 pairs
+//     slower). A new segment per checkpoint (every 32 MB) means one step
+//     per ~3,600 puts, each stalling the commit in flight ~5 ms.
+//   - Not kept, each measured against the path of its day: two commits in
+//     flight in the log at once (groups of ~4 writers taking turns:
+//     16,800-20,700 against 21,900-26,200 puts/s, the extra log write per
+//     put costing more than the overlap gains); a second log file so that
+//     commits go on during a checkpoint (1 of 4 pairs faster); parking the
+//     indexer while writers prepare; indexing during the log write; a
+//     yield after each acknowledgement; the writer taking all queued jobs
+//     at once (4 of 11 pairs faster); values in badger's LSM tree instead
+//     of its value log (13-17k against 20-22k puts/s: compactions rewrite
+//     every record).
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })
