@@ -139,6 +139,9 @@ func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
 	if s.closed.Load() {
 		return Peer{}, ErrClosed
 	}
+	if err := s.waitApplied(ctx); err != nil {
+		return Peer{}, err
+	}
 	var p Peer
 	var found bool
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -159,6 +162,9 @@ func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
 func (s *Store) Peers(ctx context.Context) ([]Peer, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
+	}
+	if err := s.waitApplied(ctx); err != nil {
+		return nil, err
 	}
 	var out []Peer
 	err := s.db.View(func(txn *badger.Txn) error {

@@ -28,6 +28,9 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 	if err := ctx.Err(); err != nil {
 		return Record{}, err
 	}
+	if err := s.waitApplied(ctx); err != nil {
+		return Record{}, err
+	}
 	var rec Record
 	read := func(txn *badger.Txn) error {
 		it, err := txn.Get(recKey(key))
@@ -67,7 +70,7 @@ func (s *Store) Has(ctx context.Context, key string) (bool, error) {
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
+	if err := s.waitApplied(ctx); err != nil {
 		return false, err
 	}
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -191,6 +194,9 @@ func (s *Store) ReferencedBy(ctx context.Context, key string) ([]string, error) 
 func (s *Store) edges(ctx context.Context, p byte, key string) ([]string, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
+	}
+	if err := s.waitApplied(ctx); err != nil {
+		return nil, err
 	}
 	prefix := edgePrefix(p, key)
 	var out []string

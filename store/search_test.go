@@ -275,9 +275,13 @@ func TestSearchSeesAcknowledgedWrites(t *testing.T) {
 	// A search waiting for the index gives up with its context.
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	s.appliedSeq.Add(1000) // a batch the indexer will never reach
+	s.ackedSeq.Add(1000) // a batch the indexer will never reach
 	if _, err := s.Search(cctx, "common", SearchOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("search waiting on the index ignored its context: %v", err)
 	}
-	s.appliedSeq.Add(^uint64(999))
+	// So does a read waiting for badger.
+	if _, err := s.Get(cctx, testKey("w1-40")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("get waiting on badger ignored its context: %v", err)
+	}
+	s.ackedSeq.Add(^uint64(999))
 }

@@ -89,10 +89,6 @@ type segLog struct {
 	mu    sync.RWMutex
 	seg   uint32              // current segment number
 	files map[uint32]*os.File // every segment, for reads
-	// pend is the payload of the frame being written, at pendOff: readers
-	// may meet pointers into it before it is on disk.
-	pend    []byte
-	pendOff int64
 	// marked is the segment of the durable replay mark: segments before it
 	// are never replayed, so compaction may remove them.
 	marked uint32
@@ -249,22 +245,9 @@ func (l *segLog) rotate() error {
 	return l.openAppend(f, n, nonce, segDataStart)
 }
 
-// frameOff is where the next frame's payload will start in the current
+// payloadOff is where the next frame's payload will start in the current
 // segment.
 func (l *segLog) payloadOff() int64 { return l.off + segFrameHdr }
-
-// setPending publishes the payload about to be written at payloadOff.
-func (l *segLog) setPending(p []byte) {
-	l.mu.Lock()
-	l.pend, l.pendOff = p, l.payloadOff()
-	l.mu.Unlock()
-}
-
-func (l *segLog) clearPending() {
-	l.mu.Lock()
-	l.pend = nil
-	l.mu.Unlock()
-}
 
 // append writes one frame; it is durable once sync returns.
 func (l *segLog) append(payload []byte) error {
@@ -488,25 +471,15 @@ func decodePtr(v []byte) (segPtr, error) {
 func (l *segLog) read(p segPtr) ([]byte, error) {
 	buf := make([]byte, p.n)
 	l.mu.RLock()
-	if p.seg == l.seg && l.pend != nil && p.off >= l.pendOff {
-		lo := p.off - l.pendOff
-		if lo+int64(p.n) > int64(len(l.pend)) {
-			l.mu.RUnlock()
-			return nil, fmt.Errorf("record pointer past the frame being written (segment %d offset %d)", p.seg, p.off)
-		}
-		copy(buf, l.pend[lo:])
+	f, ok := l.files[p.seg]
+	if !ok {
 		l.mu.RUnlock()
-	} else {
-		f, ok := l.files[p.seg]
-		if !ok {
-			l.mu.RUnlock()
-			return nil, fmt.Errorf("%w: segment %d", errSegmentGone, p.seg)
-		}
-		_, err := f.ReadAt(buf, p.off)
-		l.mu.RUnlock()
-		if err != nil {
-			return nil, fmt.Errorf("reading log segment %d at %d: %w", p.seg, p.off, err)
-		}
+		return nil, fmt.Errorf("%w: segment %d", errSegmentGone, p.seg)
+	}
+	_, err := f.ReadAt(buf, p.off)
+	l.mu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("reading log segment %d at %d: %w", p.seg, p.off, err)
 	}
 	if crc32.Checksum(buf, walCRC) != p.crc {
 		return nil, fmt.Errorf("record in log segment %d at %d fails its checksum", p.seg, p.off)

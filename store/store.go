@@ -151,7 +151,10 @@ type Store struct {
 	// appliedSeq is the last batch the syncer finished with; indexed
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
-	indexed    watermark
+	applied    watermark
+	// ackedSeq is the last batch whose callers were told it is durable.
+	ackedSeq atomic.Uint64
+	indexed  watermark
 	// loadedKeys are the stored keys found at Open, handed to the writer.
 	loadedKeys map[string]struct{}
 }
@@ -567,7 +570,10 @@ func (s *Store) Close() error {
 func (s *Store) Dir() string { return s.dir }
 
 // Count is the number of stored records.
-func (s *Store) Count() int { return int(s.count.Load()) }
+func (s *Store) Count() int {
+	s.waitApplied(context.Background())
+	return int(s.count.Load())
+}
 
 // Stats describes the store for status output and benchmarks.
 type Stats struct {
@@ -587,6 +593,9 @@ type Stats struct {
 
 // Stats reports counts and sizes.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	if err := s.waitApplied(ctx); err != nil {
+		return Stats{}, err
+	}
 	st := Stats{Records: s.Count(), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
 	st.LSMBytes, st.VLogBytes = s.db.Size()
 	st.LogBytes = s.log.bytes()

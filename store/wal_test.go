@@ -11,11 +11,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
+
+// loseBadgerWrites makes the store log and acknowledge its next writes
+// without applying them to badger, as if a power loss took them from
+// badger's unsynced pages: replay must restore them.
+func loseBadgerWrites(s *Store) {
+	s.waitApplied(context.Background()) // writes acknowledged so far are in
+	s.lostBadgerWrites = true
+}
 
 // crashWithoutBadger stops a store the way a power loss would leave it if
 // badger had kept none of the writes since the last checkpoint: the log is
@@ -44,7 +53,7 @@ func TestWALReplayRestoresAcknowledgedWrites(t *testing.T) {
 	if _, err := s.PutPeer(ctx, Peer{NodeID: "peer-1", Name: "one"}); err != nil {
 		t.Fatal(err)
 	}
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	var items []Item
 	for i := range 50 {
 		e := mkEntry(fmt.Sprintf("lost-%d", i), int64(2000+i), fmt.Sprintf("replayed text %d", i))
@@ -104,7 +113,7 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	s := openTest(t, dir)
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	keep, _, err := s.Put(ctx, mkEntry("kept", 1000, "whole frame"), Meta{})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +143,7 @@ func TestWALIgnoresTornAndStaleFrames(t *testing.T) {
 	// The replayed state was made durable and the log goes on after the
 	// last whole frame: a purge known only to frames written since must win
 	// over the frames before, and over what is left of the torn one.
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	if res, err := s.PurgeBefore(ctx, 2000); err != nil || res.Deleted != 1 {
 		t.Fatalf("purge: %+v %v", res, err)
 	}
@@ -170,7 +179,7 @@ func TestWALCheckpoints(t *testing.T) {
 	// Writes since the last checkpoint exist only in the log (and no
 	// checkpoint may follow them: badger does not have them).
 	s.walLimit = 1 << 40
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	for i := range 5 {
 		e := mkEntry(fmt.Sprintf("tail-%d", i), int64(5000+i), "after the last checkpoint")
 		if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
@@ -206,7 +215,7 @@ func TestWALPageCachePath(t *testing.T) {
 		s.log.direct.Close()
 		s.log.direct = nil
 	}
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	var keys []string
 	for i := range 20 {
 		e := mkEntry(fmt.Sprintf("pc-%d", i), int64(1000+i), "page cache frame")
@@ -292,7 +301,7 @@ func TestLegacyWALReplayed(t *testing.T) {
 			}
 			// Writes after the upgrade go to the log segments and survive a
 			// crash; the store is format 3 now.
-			s.lostBadgerWrites = true
+			loseBadgerWrites(s)
 			e := mkEntry("after", 3000, "after the upgrade")
 			mustPut(t, s, e)
 			crashWithoutBadger(t, s)
@@ -371,8 +380,12 @@ func TestCheckpointAfterAcknowledgement(t *testing.T) {
 	s.walLimit = 16 << 10
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	// Jobs of the commits before the checkpoint, the one that filled the
+	// log included.
+	var due int64
 	s.checkpointing = func() {
 		once.Do(func() {
+			due = s.batched.Load()
 			close(entered)
 			<-release
 		})
@@ -384,47 +397,37 @@ func TestCheckpointAfterAcknowledgement(t *testing.T) {
 			close(release)
 		}
 	}()
-	// One put at a time, each started only once the one before returned:
-	// the put in flight when the checkpoint starts is the one whose commit
-	// filled the log.
-	put := func(i int) <-chan error {
-		errc := make(chan error, 1)
-		go func() {
+	// One put at a time, each started once the one before returned.
+	var returned atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		for i := range 210 {
 			e := mkEntry(fmt.Sprintf("ack-%d", i), int64(1000+i), "fills the log")
-			_, _, err := s.Put(ctx, e, Meta{})
-			errc <- err
-		}()
-		return errc
+			if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+				errc <- err
+				return
+			}
+			returned.Add(1)
+		}
+		errc <- nil
+	}()
+	select {
+	case <-entered:
+	case err := <-errc:
+		t.Fatalf("no checkpoint after 210 puts: %v", err)
 	}
-	for i := 0; ; i++ {
-		if i == 200 {
-			t.Fatal("no checkpoint after 200 puts")
+	// The checkpoint has started and is held: every put it follows must
+	// have returned, the one whose commit filled the log included.
+	deadline := time.Now().Add(5 * time.Second)
+	for returned.Load() < due {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d puts returned while the checkpoint after %d commits' puts is held", returned.Load(), due)
 		}
-		errc := put(i)
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-			continue
-		case <-entered:
-		}
-		// The checkpoint has started and is held: put i must still return.
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("put %d, whose commit filled the log, waited for the checkpoint", i)
-		}
-		break
+		time.Sleep(time.Millisecond)
 	}
 	close(release)
-	for i := 200; i < 210; i++ {
-		if err := <-put(i); err != nil {
-			t.Fatal(err)
-		}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -486,7 +489,7 @@ func TestSegmentsCompactAfterPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Moved records are replayed from the log like any write.
-	s.lostBadgerWrites = true
+	loseBadgerWrites(s)
 	crashWithoutBadger(t, s)
 	s = openTest(t, dir)
 	defer s.Close()
@@ -597,10 +600,9 @@ func TestCorruptRecordInLog(t *testing.T) {
 	}
 }
 
-// TestReadsFrameBeingWritten: a pointer into the frame being written is
-// read from memory, one into an earlier frame from the file, and a
-// mismatch is caught by the checksum.
-func TestReadsFrameBeingWritten(t *testing.T) {
+// TestLogReads: a pointer reads its record back from the file, and one
+// whose bytes differ, or whose segment is gone, is refused.
+func TestLogReads(t *testing.T) {
 	dir := t.TempDir()
 	f, nonce, err := createSegment(dir, 1)
 	if err != nil {
@@ -611,37 +613,89 @@ func TestReadsFrameBeingWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.close()
-	ptr := func(payload []byte, at int64, val []byte) segPtr {
-		i := bytes.Index(payload, val)
-		return segPtr{seg: 1, off: at + int64(i), n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)}
-	}
-	first := appendOp(nil, walOp{key: []byte("r1"), val: []byte("first record")})
-	p1 := ptr(first, l.payloadOff(), []byte("first record"))
-	if err := l.append(first); err != nil {
-		t.Fatal(err)
-	}
-	second := appendOp(nil, walOp{key: []byte("r2"), val: []byte("second record")})
-	p2 := ptr(second, l.payloadOff(), []byte("second record"))
-	l.setPending(second)
-	for _, c := range []struct {
-		p    segPtr
-		want string
-	}{{p1, "first record"}, {p2, "second record"}} {
-		got, err := l.read(c.p)
-		if err != nil || string(got) != c.want {
-			t.Fatalf("read %+v: %q %v", c.p, got, err)
+	var ptrs []segPtr
+	for i := range 3 {
+		val := bytes.Repeat([]byte{byte('a' + i)}, 1000+3000*i) // frames across block boundaries
+		payload, pos := appendSet(nil, walOp{key: []byte{pRec, byte(i)}, val: val})
+		ptrs = append(ptrs, segPtr{seg: 1, off: l.payloadOff() + int64(pos), n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)})
+		if err := l.append(payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.sync(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	l.clearPending()
-	if _, err := l.read(p2); err == nil {
-		t.Fatal("read a frame not yet written from the file")
+	for i, p := range ptrs {
+		got, err := l.read(p)
+		if err != nil || len(got) != int(p.n) || got[0] != byte('a'+i) || got[len(got)-1] != byte('a'+i) {
+			t.Fatalf("read %+v: %d bytes, %v", p, len(got), err)
+		}
+		q, err := decodePtr(p.encode())
+		if err != nil || q != p {
+			t.Fatalf("pointer %+v comes back as %+v, %v", p, q, err)
+		}
 	}
-	p1.crc++
-	if _, err := l.read(p1); err == nil || !strings.Contains(err.Error(), "checksum") {
+	// The frames, read back as replay does, are the ones written.
+	n := 0
+	end, err := scanFrames(f, nonce, segDataStart, l.off, func(int64, []byte) error { n++; return nil })
+	if err != nil || n != 3 || end != l.off {
+		t.Fatalf("scan: %d frames to %d (log ends at %d), %v", n, end, l.off, err)
+	}
+	bad := ptrs[0]
+	bad.crc++
+	if _, err := l.read(bad); err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Fatalf("changed bytes: %v", err)
 	}
-	p1.seg = 9
-	if _, err := l.read(p1); !errors.Is(err, errSegmentGone) {
+	bad.seg = 9
+	if _, err := l.read(bad); !errors.Is(err, errSegmentGone) {
 		t.Fatalf("missing segment: %v", err)
+	}
+	for _, v := range [][]byte{nil, {recPtrTag}, {recPtrTag, 1, 2}, append(ptrs[0].encode(), 0)} {
+		if _, err := decodePtr(v); err == nil {
+			t.Fatalf("decoded malformed pointer %x", v)
+		}
+	}
+}
+
+// TestFailedFrameLeavesNoPointer: badger takes a batch only once its frame
+// is durable, so a log write that fails leaves nothing to read, now or
+// after a restart (with the records in badger and the frame lost, a
+// pointer would lead nowhere).
+func TestFailedFrameLeavesNoPointer(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	before := mkEntry("before", 1000, "stored")
+	mustPut(t, s, before)
+	// The next frame write fails: its descriptors are gone.
+	if s.log.direct != nil {
+		s.log.direct.Close()
+	}
+	s.log.f.Close()
+	lost := mkEntry("lost", 1001, "never durable")
+	lost.Parents = []string{before.Key}
+	if _, _, err := s.Put(ctx, lost, Meta{}); err == nil {
+		t.Fatal("put acknowledged after its log write failed")
+	}
+	if _, err := s.Get(ctx, lost.Key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the failed write is readable: %v", err)
+	}
+	if kids, err := s.Children(ctx, before.Key); err != nil || len(kids) != 0 {
+		t.Fatalf("the failed write's lineage edge is there: %v %v", kids, err)
+	}
+	if _, _, err := s.Put(ctx, mkEntry("after", 1002, "refused"), Meta{}); err == nil || !strings.Contains(err.Error(), "refuses writes") {
+		t.Fatalf("a store whose log failed took another write: %v", err)
+	}
+	s.Close()
+	s = openTest(t, dir)
+	defer s.Close()
+	if _, err := s.Get(ctx, lost.Key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after reopen: %v", err)
+	}
+	if _, err := s.Get(ctx, before.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
