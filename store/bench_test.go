@@ -94,9 +94,9 @@ func (c *corpus) record(i int, at int64) Entry {
 // The path a synchronous put waits on (writer.go): the caller encodes the
 // record; the writer goroutine checks for a duplicate and adds it to the
 // batch being built; the syncer writes the batch as one frame of the log
-// (seglog.go) with O_DIRECT|O_DSYNC while, at the same time, badger takes
-// a pointer to each record in that frame; then the callers are
-// acknowledged. Tokenising and the in-memory indexes run after that on the
+// (seglog.go) with O_DIRECT|O_DSYNC, acknowledges the callers, then gives
+// badger a pointer to each record in that frame while they prepare their
+// next puts. Tokenising and the in-memory indexes run after that on the
 // indexer goroutine, so they cost CPU but not latency.
 //
 // On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA), the
