@@ -302,6 +302,9 @@ func (s *Store) replaySegments(l *segLog) error {
 	if err != nil {
 		return err
 	}
+	if marked && (len(segs) == 0 || markSeg > segs[len(segs)-1]) {
+		return fmt.Errorf("%w: log segment %d, where replay must start, is missing", ErrCorrupted, markSeg)
+	}
 	if len(segs) == 0 {
 		f, nonce, err := createSegment(s.dir, 1)
 		if err != nil {

@@ -699,3 +699,22 @@ func TestFailedFrameLeavesNoPointer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMissingSegmentRefused: a store whose log lost the segment that
+// replay must start from is refused, with the segment named, rather than
+// opened without the writes in it.
+func TestMissingSegmentRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	mustPut(t, s, mkEntry("x", 1000, "in segment 1"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, segName(1))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), "segment 1") {
+		t.Fatalf("Open without the log: %v", err)
+	}
+}
