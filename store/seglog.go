@@ -378,7 +378,7 @@ func (l *segLog) current() (seg, marked uint32) {
 	return l.seg, l.marked
 }
 
-// segments returns the numbers of the segments before the current one and
+// sealed returns the numbers of the segments before the current one and
 // their sizes.
 func (l *segLog) sealed() (map[uint32]int64, error) {
 	l.mu.RLock()

@@ -649,37 +649,36 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openTest(t, dir)
-	if s.Count() != len(kept) {
-		t.Fatalf("count %d after reopen, want %d", s.Count(), len(kept))
-	}
-	for _, e := range kept {
-		got, err := s.Get(ctx, e.Key)
-		if err != nil || !bytes.Equal(got.Raw, e.Raw) {
-			t.Fatalf("kept %s: %v", e.Key, err)
-		}
-	}
-	if err := s.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
+	defer s.Close()
+	mustHoldExactly(t, s, kept)
 }
 
 func vlogBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	_, n := filesSize(t, dir, func(name string) bool { return strings.HasSuffix(name, ".vlog") })
+	return n
+}
+
+// filesSize counts the files in dir whose names match and sums their sizes.
+func filesSize(t *testing.T, dir string, match func(name string) bool) (int, int64) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var files int
 	var n int64
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".vlog") {
+		if match(e.Name()) {
 			fi, err := e.Info()
 			if err != nil {
 				t.Fatal(err)
 			}
+			files++
 			n += fi.Size()
 		}
 	}
-	return n
+	return files, n
 }
 
 // TestUpgradeFromFormat1 opens a store as format 1 left it (order keys in

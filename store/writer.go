@@ -120,8 +120,8 @@ func (t *wtx) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	v, err := it.ValueCopy(nil)
-	if err == nil && isPtr(v) {
-		v, err = t.w.s.readPointer(v)
+	if err == nil {
+		v, err = t.w.s.recordBytes(v)
 	}
 	return v, err == nil, err
 }
