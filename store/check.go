@@ -54,6 +54,10 @@ func (s *Store) Check(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	// Everything acknowledged before the call is checked.
+	if err := s.waitApplied(ctx); err != nil {
+		return err
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	// The indexer needs no lock: with badger held still it catches up.

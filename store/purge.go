@@ -223,6 +223,11 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 // that change. A reader that looked a record up just before its move
 // finds the segment gone and looks again (Store.get).
 func (s *Store) compactSegments(ctx context.Context) error {
+	// The purge's deletes are acknowledged; what is live is what badger
+	// holds once it has them.
+	if err := s.waitApplied(ctx); err != nil {
+		return err
+	}
 	_, marked := s.log.current()
 	sizes, err := s.log.sealed()
 	if err != nil {
