@@ -106,8 +106,19 @@ func (c *corpus) record(i int, at int64) Entry {
 // index's delta and its merges, orders), ~6.5 the log write (a share of
 // one), ~4.3 badger (its skiplist, for a pointer), ~4.9 encoding and
 // submitting, ~2 writer, ~2 syncer, ~1.5 GC, the rest goroutine switches
-// and wake-ups. Throughput is ~1.2 cores over CPU per put, and the VM's
-// speed moves both: the same binary measured 18-28k puts/s over a day.
+// and wake-ups. The VM's speed moves all of it: the same binary measured
+// 18-28k puts/s over a day.
+//
+// With records written once, CPU no longer sets the pace: with indexing
+// switched off altogether (15 µs less CPU per put) 3 of 3 pairs were no
+// faster. The commit cycle does: ~210-250 µs of frame write (~175-200 µs
+// when the VM is otherwise idle: a busy second core slows the disk), then
+// ~110 µs until the next frame starts, ~55 of them badger taking the
+// batch's pointers (a transaction handed to badger's write goroutine and
+// back). Applying in a goroutine of its own, beside the next write, cut
+// that gap to 81-98 µs but lengthened the writes by as much (+3% puts/s
+// on average, 3 of 5 pairs); compressing each record (S2) before the
+// write, for smaller frames, gained nothing (4 pairs).
 //
 // Where the time went before, and what was tried:
 //   - Records were written twice, to the log and into badger's value log
