@@ -113,12 +113,14 @@ func (c *corpus) record(i int, at int64) Entry {
 // switched off altogether (15 µs less CPU per put) 3 of 3 pairs were no
 // faster. The commit cycle does: ~210-250 µs of frame write (~175-200 µs
 // when the VM is otherwise idle: a busy second core slows the disk), then
-// ~110 µs until the next frame starts, ~55 of them badger taking the
-// batch's pointers (a transaction handed to badger's write goroutine and
-// back). Applying in a goroutine of its own, beside the next write, cut
-// that gap to 81-98 µs but lengthened the writes by as much (+3% puts/s
-// on average, 3 of 5 pairs); compressing each record (S2) before the
-// write, for smaller frames, gained nothing (4 pairs).
+// ~110 µs until the next frame starts: the syncer gives badger the batch's
+// pointers (~55 µs, a transaction handed to badger's write goroutine and
+// back) while the acknowledged writers prepare their next puts, and the
+// last of those comes in ~50 µs after that. Applying in a goroutine of its
+// own, beside the next write, cut the gap to 81-98 µs but lengthened the
+// writes by as much (+3% puts/s on average, 3 of 5 pairs); compressing
+// each record (S2) before the write, for smaller frames, gained nothing
+// (4 pairs); GOMAXPROCS=1 is slower (19k against 24k).
 //
 // Where the time went before, and what was tried:
 //   - Records were written twice, to the log and into badger's value log
