@@ -330,14 +330,19 @@ func (s *Store) replaySegments(l *segLog) error {
 			return fmt.Errorf("opening log segment: %w", err)
 		}
 		l.files[n] = f
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("opening log segment: %w", err)
+		}
 		nonce, herr := readSegmentHeader(f, n)
 		if herr != nil {
-			if !newest {
+			if !newest || fi.Size() > segDataStart {
 				return fmt.Errorf("%w: %v", ErrCorrupted, herr)
 			}
 			// A segment is started only once badger holds everything
 			// before it, and written to only once its header is durable:
-			// a torn header stands for an empty segment.
+			// a torn header with nothing after it stands for an empty
+			// segment.
 			f.Close()
 			delete(l.files, n)
 			if f, nonce, err = createSegment(s.dir, n); err != nil {
@@ -353,10 +358,6 @@ func (s *Store) replaySegments(l *segLog) error {
 		start := int64(segDataStart)
 		if marked && n == markSeg {
 			start = markOff
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			return fmt.Errorf("opening log segment: %w", err)
 		}
 		frame := 0
 		stop, err := scanFrames(f, nonce, start, fi.Size(), func(payOff int64, p []byte) error {

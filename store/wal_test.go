@@ -708,3 +708,53 @@ func TestMissingSegmentRefused(t *testing.T) {
 		t.Fatalf("Open without the log: %v", err)
 	}
 }
+
+// TestSegmentHeader: a segment whose header was torn as it was created
+// (nothing after it) is started again; one with frames after a bad header
+// is refused, not emptied.
+func TestSegmentHeader(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		frames bool
+	}{{"torn at creation", false}, {"damaged later", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			s := openTest(t, dir)
+			e := mkEntry("x", 1000, "behind the header")
+			if c.frames {
+				mustPut(t, s, e)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, segName(1))
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("XX"), 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			s, err = Open(dir, Options{})
+			if c.frames {
+				if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), "segment 1") {
+					t.Fatalf("Open with a damaged header before frames: %v", err)
+				}
+				if fi, err := os.Stat(path); err != nil || fi.Size() <= segDataStart {
+					t.Fatalf("the segment was emptied: %v %v", fi, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			mustPut(t, s, e)
+			if _, err := s.Get(ctx, e.Key); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
