@@ -443,6 +443,13 @@ type segPtr struct {
 
 const recPtrTag = 0xF1
 
+// ptrTo locates val, which starts at off in segment seg. The syncer and
+// replay both build pointers with it, so a replayed pointer is the one the
+// write gave badger.
+func ptrTo(seg uint32, off int64, val []byte) segPtr {
+	return segPtr{seg: seg, off: off, n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)}
+}
+
 func (p segPtr) encode() []byte {
 	b := make([]byte, 0, 24)
 	b = append(b, recPtrTag)

@@ -475,8 +475,9 @@ func (s *Store) upgradeFromV1() error {
 }
 
 // load counts records and rebuilds the in-memory text index from them.
-// Records in the log are read in log order, not key order: after a reboot
-// that is one pass over each segment instead of a seek per record.
+// Records in the log are read in log order, not key order, so each
+// segment is read front to back, as read-ahead serves best, rather than at
+// random.
 func (s *Store) load(ctx context.Context) error {
 	var n int64
 	s.loadedKeys = map[string]struct{}{}

@@ -179,7 +179,7 @@ func decodeOps(p []byte, seg uint32, payOff int64) ([]walOp, error) {
 			op.val = r.bytes()
 			if seg != 0 && r.err == nil && op.isRecordSet() {
 				at := payOff + int64(len(p)-len(r.b)-len(op.val))
-				op.ptr = segPtr{seg: seg, off: at, n: uint32(len(op.val)), crc: crc32.Checksum(op.val, walCRC)}.encode()
+				op.ptr = ptrTo(seg, at, op.val).encode()
 			}
 		case walDel:
 			op.del = true

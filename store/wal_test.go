@@ -607,7 +607,7 @@ func TestLogReads(t *testing.T) {
 	for i := range 3 {
 		val := bytes.Repeat([]byte{byte('a' + i)}, 1000+3000*i) // frames across block boundaries
 		payload, pos := appendSet(nil, walOp{key: []byte{pRec, byte(i)}, val: val})
-		ptrs = append(ptrs, segPtr{seg: 1, off: l.payloadOff() + int64(pos), n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)})
+		ptrs = append(ptrs, ptrTo(1, l.payloadOff()+int64(pos), val))
 		if err := l.append(payload); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -342,7 +341,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 				}
 				var pos int
 				payload, pos = appendSet(payload, *op)
-				op.ptr = segPtr{seg: seg, off: at + int64(pos), n: uint32(len(op.val)), crc: crc32.Checksum(op.val, walCRC)}.encode()
+				op.ptr = ptrTo(seg, at+int64(pos), op.val).encode()
 			}
 			err = s.broken()
 			if err == nil {
