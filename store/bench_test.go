@@ -110,8 +110,8 @@ func (c *corpus) record(i int, at int64) Entry {
 // 18-28k puts/s over a day.
 //
 // With records written once, CPU no longer sets the pace: with indexing
-// switched off altogether (15 µs less CPU per put) 3 of 3 pairs were no
-// faster. The commit cycle does: ~210-250 µs of frame write (~175-200 µs
+// switched off altogether (7-16 µs less CPU per put) 3 of 3 pairs were no
+// faster. The commit cycle does: ~205-235 µs of frame write (~165-200 µs
 // when the VM is otherwise idle: a busy second core slows the disk), then
 // ~110 µs until the next frame starts: the syncer gives badger the batch's
 // pointers (~55 µs, a transaction handed to badger's write goroutine and
