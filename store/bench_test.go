@@ -110,17 +110,24 @@ func (c *corpus) record(i int, at int64) Entry {
 // 18-28k puts/s over a day.
 //
 // With records written once, CPU no longer sets the pace: with indexing
-// switched off altogether (7-16 µs less CPU per put) 3 of 3 pairs were no
-// faster. The commit cycle does: ~205-235 µs of frame write (~165-200 µs
-// when the VM is otherwise idle: a busy second core slows the disk), then
-// ~110 µs until the next frame starts: the syncer gives badger the batch's
-// pointers (~55 µs, a transaction handed to badger's write goroutine and
-// back) while the acknowledged writers prepare their next puts, and the
-// last of those comes in ~50 µs after that. Applying in a goroutine of its
-// own, beside the next write, cut the gap to 81-98 µs but lengthened the
-// writes by as much (+3% puts/s on average, 3 of 5 pairs); compressing
-// each record (S2) before the write, for smaller frames, gained nothing
-// (4 pairs); GOMAXPROCS=1 is slower (19k against 24k).
+// switched off altogether (a quarter less CPU per put) 8 pairs gained 5%
+// on average. The commit cycle does. Traced over 100k puts in a fast
+// stretch (~280 µs per commit): ~175-210 µs of frame write (~165-200 µs
+// when the VM is otherwise idle), then the acknowledged writers' next jobs
+// reach the writer 20-26 µs (the first) to 67-81 µs (the last) after the
+// acknowledgement. They are prepared one after another on the core that
+// acknowledged them: the other core halts when idle and takes ~45 µs to
+// wake. So badger gets a batch's pointers beside the next frame write, on
+// a goroutine of its own (~50 µs). Applied right after the acknowledgement
+// instead, the apply held that core: the first job came 53-60 µs after it
+// and the last 95-105 µs (20 pairs against that: 13 faster, +2% on
+// average). Not kept: a goroutine spinning through the frame write to
+// keep the other core awake (4 of 6 pairs slower, by up to 22%, with
+// 6-23 µs more CPU per put);
+// two frames in flight again, at block boundaries (14k puts/s: 8 writers
+// stay in one group, and each write's completion is one more wake-up);
+// compressing each record (S2) before the write, for smaller frames
+// (nothing gained, 4 pairs); GOMAXPROCS=1 (19k against 24k).
 //
 // Where the time went before, and what was tried:
 //   - Records were written twice, to the log and into badger's value log

@@ -107,7 +107,7 @@ func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) erro
 	if w.Author != "" && w.Group != "" {
 		return errors.New("scan: choose a group or an author, not both")
 	}
-	if err := s.indexed.wait(ctx, s.ackedSeq.Load()); err != nil {
+	if err := s.waitIndexed(ctx); err != nil {
 		return fmt.Errorf("scanning records: %w", err)
 	}
 	t := s.order.snapshot(w)

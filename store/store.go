@@ -152,6 +152,11 @@ type Store struct {
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
 	applied    watermark
+	// applyNow asks the syncer to apply its acknowledged batch at once,
+	// which it otherwise does beside the next frame write or after
+	// applyIdle (tests lengthen it).
+	applyNow  chan struct{}
+	applyIdle time.Duration
 	// ackedSeq is the last batch whose callers were told it is durable.
 	ackedSeq atomic.Uint64
 	indexed  watermark
@@ -221,15 +226,17 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:       db,
-		dir:      dir,
-		opts:     opts,
-		jobs:     make(chan *job, 4096),
-		closing:  make(chan struct{}),
-		wdone:    make(chan struct{}),
-		idx:      newTextIndex(runtime.Gosched),
-		order:    newOrderIndex(),
-		walLimit: walCheckpoint,
+		db:        db,
+		dir:       dir,
+		opts:      opts,
+		jobs:      make(chan *job, 4096),
+		closing:   make(chan struct{}),
+		applyNow:  make(chan struct{}, 1),
+		wdone:     make(chan struct{}),
+		idx:       newTextIndex(runtime.Gosched),
+		order:     newOrderIndex(),
+		walLimit:  walCheckpoint,
+		applyIdle: applyIdle,
 	}
 	v1, err := s.checkFormat()
 	if err != nil {

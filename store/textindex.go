@@ -411,7 +411,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 		return nil, nil
 	}
 	// Every write acknowledged before this search must be findable.
-	if err := s.indexed.wait(ctx, s.ackedSeq.Load()); err != nil {
+	if err := s.waitIndexed(ctx); err != nil {
 		return nil, err
 	}
 	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil

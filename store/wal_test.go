@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -756,5 +757,120 @@ func TestSegmentHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// within fails the test if fn has not returned after d: a reader that
+// waited for an apply nobody starts would block for good.
+func within(t *testing.T, what string, d time.Duration, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(d):
+		t.Fatalf("%s still waiting after %v", what, d)
+	}
+}
+
+// TestReadersAskForTheApply: badger takes an acknowledged batch beside
+// the next frame write, so when no write follows, every reader that must
+// see it has it applied at once instead of waiting for the idle apply.
+func TestReadersAskForTheApply(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	s.applyIdle = time.Hour
+	parent := mkEntry("parent", 1000, "alpha")
+	mustPut(t, s, parent)
+	var last Entry
+	put := func(name string) {
+		t.Helper()
+		last = mkEntry(name, 2000+int64(len(name)), "beta "+name)
+		last.Parents = []string{parent.Key}
+		mustPut(t, s, last)
+		if s.appliedSeq.Load() >= s.ackedSeq.Load() {
+			t.Fatal("the batch went into badger before a reader asked or another write came")
+		}
+	}
+	readers := []struct {
+		name string
+		read func() error
+	}{
+		{"Get", func() error {
+			r, err := s.Get(ctx, last.Key)
+			if err == nil && r.Key != last.Key {
+				err = fmt.Errorf("got %s", r.Key)
+			}
+			return err
+		}},
+		{"Has", func() error {
+			if ok, err := s.Has(ctx, last.Key); !ok || err != nil {
+				return fmt.Errorf("has=%v err=%v", ok, err)
+			}
+			return nil
+		}},
+		{"Children", func() error {
+			kids, err := s.Children(ctx, parent.Key)
+			if err == nil && !slices.Contains(kids, last.Key) {
+				err = fmt.Errorf("children %v lack %s", kids, last.Key)
+			}
+			return err
+		}},
+		{"Count", func() error {
+			if n := s.Count(); n < 2 {
+				return fmt.Errorf("count %d", n)
+			}
+			return nil
+		}},
+		{"Search", func() error {
+			hits, err := s.Search(ctx, "beta Search", SearchOptions{})
+			if err == nil && (len(hits) == 0 || hits[0].Key != last.Key) {
+				err = fmt.Errorf("hits %v", hits)
+			}
+			return err
+		}},
+		{"Scan", func() error {
+			var keys []string
+			err := s.Scan(ctx, Window{Group: last.Group}, func(k KeyTime) error {
+				keys = append(keys, k.Key)
+				return nil
+			})
+			if err == nil && !slices.Contains(keys, last.Key) {
+				err = fmt.Errorf("scan %v lacks %s", keys, last.Key)
+			}
+			return err
+		}},
+		{"Check", func() error { return s.Check(ctx) }},
+	}
+	for _, r := range readers {
+		put(r.name)
+		within(t, r.name, 20*time.Second, r.read)
+	}
+	// The roster is written through the same batches.
+	if _, err := s.PutPeer(ctx, Peer{NodeID: "peer-1", Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "GetPeer", 20*time.Second, func() error {
+		_, err := s.GetPeer(ctx, "peer-1")
+		return err
+	})
+}
+
+// TestIdleApply: with no next write and no reader, an acknowledged batch
+// still reaches badger and the indexes (after applyIdle).
+func TestIdleApply(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	mustPut(t, s, mkEntry("alone", 1000, "nobody reads this"))
+	acked := s.ackedSeq.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.applied.wait(ctx, acked); err != nil {
+		t.Fatalf("batch %d never applied: %v", acked, err)
+	}
+	if err := s.indexed.wait(ctx, acked); err != nil {
+		t.Fatalf("batch %d never indexed: %v", acked, err)
 	}
 }
