@@ -411,7 +411,8 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			applyPending()
 			return
 		}
-		var err error
+		var err, aerr error
+		beside := false
 		if len(b.ops) > 0 {
 			// Records stay where this frame puts them; badger gets pointers.
 			payload = payload[:0]
@@ -438,7 +439,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 				err = s.log.sync()
 			}
 			if pending != nil {
-				applied(<-applyOut)
+				beside, aerr = true, <-applyOut
 			}
 			if err != nil {
 				s.breakWith(err)
@@ -458,6 +459,9 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		s.batched.Add(int64(len(b.jobs)))
 		for i, j := range b.jobs {
 			j.done <- b.errs[i]
+		}
+		if beside {
+			applied(aerr) // may wait for the indexer: after the acknowledgement
 		}
 		pending = b
 		// The batch is durable in the log already: its callers need not
