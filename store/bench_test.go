@@ -121,7 +121,8 @@ func (c *corpus) record(i int, at int64) Entry {
 // a goroutine of its own (~50 µs). Applied right after the acknowledgement
 // instead, the apply held that core: the first job came 53-60 µs after it
 // and the last 95-105 µs (20 pairs against that: 13 faster, +2% on
-// average). Not kept: a goroutine spinning through the frame write to
+// average; 1 writer +17-25%, 3 of 3 pairs; 8 x 8 in flight, where CPU
+// sets the pace, -3%, 6 of 10 pairs faster). Not kept: a goroutine spinning through the frame write to
 // keep the other core awake (4 of 6 pairs slower, by up to 22%, with
 // 6-23 µs more CPU per put);
 // two frames in flight again, at block boundaries (14k puts/s: 8 writers
