@@ -337,8 +337,8 @@ const indexQueue = 32
 // for the apply (wantApplied).
 const applyIdle = time.Millisecond
 
-// syncer makes each batch durable, acknowledges it and applies it to
-// badger, then passes it to the indexer.
+// syncer makes each batch durable, acknowledges it and has it applied to
+// badger, then indexed.
 //
 // A batch is applied while the next one is being written, on a goroutine
 // of its own, not right after its acknowledgement. Acknowledged writers
@@ -346,15 +346,24 @@ const applyIdle = time.Millisecond
 // vCPU halts, the other core takes ~45 µs to wake: an apply then held the
 // only running core for ~50 µs, and the next batch's first job reached the
 // writer 53-60 µs after the acknowledgement, its last one 95-105 µs after.
-// During a frame write both cores are otherwise idle.
+// During a frame write both cores are otherwise idle. The applier hands
+// each batch on to the indexer too, so most of the indexing also falls
+// in the write rather than among the writers' preparations (14 pairs of
+// 8 synchronous writers against indexing after the acknowledgement: 11
+// faster, +5% on average).
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
 	go s.indexer(toIndex, indexerDone)
 	applyIn, applyOut := make(chan *batch), make(chan error)
+	applierDone := make(chan struct{})
 	go func() {
+		defer close(applierDone)
 		for b := range applyIn {
 			applyOut <- s.applyLocked(b)
+			// Indexed while the frame after it is written, when the
+			// cores are otherwise idle, in the order of the applies.
+			toIndex <- b
 		}
 	}()
 	// pending is acknowledged and not yet in badger. Starting its apply
@@ -371,17 +380,18 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			// The batch is durable in the log, which restores it at Open.
 			s.breakWith(err)
 		}
-		toIndex <- pending
 		pending = nil
 	}
 	applyPending := func() {
 		if pending != nil {
 			startApply()
-			applied(s.applyLocked(pending))
+			applyIn <- pending
+			applied(<-applyOut)
 		}
 	}
 	defer func() {
 		close(applyIn)
+		<-applierDone
 		close(toIndex)
 		<-indexerDone
 		close(done)
@@ -461,7 +471,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			j.done <- b.errs[i]
 		}
 		if beside {
-			applied(aerr) // may wait for the indexer: after the acknowledgement
+			applied(aerr)
 		}
 		pending = b
 		// The batch is durable in the log already: its callers need not
