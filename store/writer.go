@@ -366,17 +366,19 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			toIndex <- b
 		}
 	}()
-	// pending is acknowledged and not yet in badger. Starting its apply
-	// answers every reader's request so far (applyNow).
+	// pending is acknowledged and not yet in badger. startApply hands it
+	// to the applier, which answers every reader's request so far
+	// (applyNow); applied waits for that.
 	var pending *batch
 	startApply := func() {
 		select {
 		case <-s.applyNow:
 		default:
 		}
+		applyIn <- pending
 	}
-	applied := func(err error) {
-		if err != nil {
+	applied := func() {
+		if err := <-applyOut; err != nil {
 			// The batch is durable in the log, which restores it at Open.
 			s.breakWith(err)
 		}
@@ -385,8 +387,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 	applyPending := func() {
 		if pending != nil {
 			startApply()
-			applyIn <- pending
-			applied(<-applyOut)
+			applied()
 		}
 	}
 	defer func() {
@@ -421,8 +422,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			applyPending()
 			return
 		}
-		var err, aerr error
-		beside := false
+		var err error
 		if len(b.ops) > 0 {
 			// Records stay where this frame puts them; badger gets pointers.
 			payload = payload[:0]
@@ -438,8 +438,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 				op.ptr = ptrTo(seg, at+int64(pos), op.val).encode()
 			}
 			if pending != nil {
-				startApply()
-				applyIn <- pending // beside this frame's write
+				startApply() // beside this frame's write
 			}
 			err = s.broken()
 			if err == nil {
@@ -449,7 +448,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 				err = s.log.sync()
 			}
 			if pending != nil {
-				beside, aerr = true, <-applyOut
+				applied()
 			}
 			if err != nil {
 				s.breakWith(err)
@@ -469,9 +468,6 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		s.batched.Add(int64(len(b.jobs)))
 		for i, j := range b.jobs {
 			j.done <- b.errs[i]
-		}
-		if beside {
-			applied(aerr)
 		}
 		pending = b
 		// The batch is durable in the log already: its callers need not
