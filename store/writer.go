@@ -346,11 +346,15 @@ const applyIdle = time.Millisecond
 // vCPU halts, the other core takes ~45 µs to wake: an apply then held the
 // only running core for ~50 µs, and the next batch's first job reached the
 // writer 53-60 µs after the acknowledgement, its last one 95-105 µs after.
-// During a frame write both cores are otherwise idle. The applier hands
-// each batch on to the indexer too, so most of the indexing also falls
-// in the write rather than among the writers' preparations (14 pairs of
-// 8 synchronous writers against indexing after the acknowledgement: 11
-// faster, +5% on average).
+// During a frame write both cores are otherwise idle.
+//
+// The applier also hands each batch to the indexer, once the syncer has
+// taken the apply's result when the next frame's write returns. Against
+// the syncer doing so after the acknowledgement, 8 synchronous writers
+// measured +5% (24 pairs, 18 faster); why is not established. Indexing
+// truly during the write (the applier moving on at once) made the writes
+// 230-264 µs instead of 185-199 µs and was no faster (6 pairs): on this
+// VM, work on the other core slows the disk.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
@@ -361,9 +365,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		defer close(applierDone)
 		for b := range applyIn {
 			applyOut <- s.applyLocked(b)
-			// Indexed while the frame after it is written, when the
-			// cores are otherwise idle, in the order of the applies.
-			toIndex <- b
+			toIndex <- b // in the order of the applies
 		}
 	}()
 	// pending is acknowledged and not yet in badger. startApply hands it
