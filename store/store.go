@@ -608,7 +608,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if err := s.waitApplied(ctx); err != nil {
 		return Stats{}, err
 	}
-	st := Stats{Records: s.Count(), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
+	st := Stats{Records: int(s.count.Load()), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
 	st.LSMBytes, st.VLogBytes = s.db.Size()
 	st.LogBytes = s.log.bytes()
 	err := s.db.View(func(txn *badger.Txn) error {

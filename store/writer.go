@@ -92,8 +92,10 @@ type writerState struct {
 	// while the indexer holds it.
 	known map[string]struct{}
 	rtxn  *badger.Txn // read view of badger; renewed after each applied batch
-	seq   uint64
-	undo  []undo
+	// unapplied are acknowledged batches badger has not taken yet.
+	unapplied []*batch
+	seq       uint64
+	undo      []undo
 }
 
 // wtx is what a job sees while it is applied.
@@ -203,6 +205,25 @@ func (w *writerState) add(cur *batch, j *job) *batch {
 	return cur
 }
 
+// retire keeps the overlay entries of an acknowledged batch until badger
+// has it (beside the next frame write), and forgets those of batches it
+// now has.
+func (w *writerState) retire(b *batch) {
+	w.unapplied = append(w.unapplied, b)
+	done := w.s.appliedSeq.Load()
+	n := 0
+	for _, u := range w.unapplied {
+		if u.seq <= done {
+			w.applied(u)
+		} else {
+			w.unapplied[n] = u
+			n++
+		}
+	}
+	clear(w.unapplied[n:])
+	w.unapplied = w.unapplied[:n]
+}
+
 // applied forgets the overlay entries of a batch now in badger.
 func (w *writerState) applied(b *batch) {
 	for _, op := range b.ops {
@@ -234,7 +255,6 @@ func (s *Store) writer() {
 		<-syncerDone
 	}()
 	var cur *batch
-	var unapplied []*batch
 	inflight := false
 	closing := s.closing
 	// expect counts jobs acknowledged since the syncer last took a batch
@@ -291,20 +311,7 @@ func (s *Store) writer() {
 			}
 		case b := <-synced:
 			inflight = false
-			// Badger takes a batch while the next one is written: its
-			// overlay entries go once it has.
-			unapplied = append(unapplied, b)
-			n := 0
-			for _, u := range unapplied {
-				if u.seq <= s.appliedSeq.Load() {
-					w.applied(u)
-				} else {
-					unapplied[n] = u
-					n++
-				}
-			}
-			clear(unapplied[n:])
-			unapplied = unapplied[:n]
+			w.retire(b)
 			expect = max(expect+len(b.jobs)-early, 0)
 			early = 0
 		case <-lingerC:
