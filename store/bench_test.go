@@ -131,16 +131,17 @@ func (c *corpus) record(i int, at int64) Entry {
 // stay in one group, and each write's completion is one more wake-up);
 // compressing each record (S2) before the write, for smaller frames
 // (nothing gained, 4 pairs); GOMAXPROCS=1 (19k against 24k) or 4 (no
-// faster, 3 pairs, 2-7 µs more CPU per put).
+// faster, 3 pairs, 2-6 µs more CPU per put).
 //
 // The apply itself starts late: 46-49 µs into the frame write when the
 // other core is idle (its wake-up), 66-73 µs when the indexer holds that
 // core, as it does at 86-91% of writes; it ends after the write returns
 // at 20-25% of commits, and the syncer then waits ~50 µs for it (12 µs
 // otherwise, readying the applier). Not kept, 3 pairs each: starting the
-// apply at the acknowledgement (late 1%, but writes 216-220 µs, 3 of 3
-// slower); one goroutine applying and indexing, looking for an apply
-// between records (late 4-5%, but 20.1-24.4k against 23.8-27.3k).
+// apply at the acknowledgement (late 1%, but writes of 216-220 µs in 2 of
+// 3 runs, and 3 of 3 slower); one goroutine applying and indexing, looking
+// for an apply between records (late 4-5%, but 20.1-24.4k against
+// 23.8-27.3k).
 //
 // Where the time went before, and what was tried:
 //   - Records were written twice, to the log and into badger's value log
