@@ -367,7 +367,7 @@ func (s *Store) replaySegments(l *segLog) error {
 			start = markOff
 		}
 		frame := 0
-		stop, err := scanFrames(f, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
+		stop, err := scanFrames(f, segFrames, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
 			frame++
 			ops, err := decodeOps(p, n, payOff)
 			if err == nil {

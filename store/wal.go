@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,7 +29,6 @@ const (
 	legacyMagicV1    = "CMBWAL01"
 	legacyFrameMagic = 0x434d4246 // "CMBF"
 	legacyDataStart  = 4096
-	legacyFrameHdr   = 20
 )
 
 // readLegacyWAL returns the payloads of the current epoch's valid frames
@@ -63,29 +61,13 @@ func readLegacyWAL(dir string) (frames [][]byte, found bool, err error) {
 		return nil, true, nil
 	}
 	epoch := binary.LittleEndian.Uint64(hdr[8:])
-	off := int64(legacyDataStart)
-	var fh [legacyFrameHdr]byte
-	for off+legacyFrameHdr <= size {
-		if _, err := f.ReadAt(fh[:], off); err != nil {
-			return nil, true, fmt.Errorf("reading old write-ahead log: %w", err)
-		}
-		n := int64(binary.LittleEndian.Uint32(fh[4:]))
-		if binary.LittleEndian.Uint32(fh[:]) != legacyFrameMagic || binary.LittleEndian.Uint64(fh[8:]) != epoch ||
-			off+legacyFrameHdr+n > size {
-			break
-		}
-		p := make([]byte, n)
-		if _, err := f.ReadAt(p, off+legacyFrameHdr); err != nil && !errors.Is(err, io.EOF) {
-			return nil, true, fmt.Errorf("reading old write-ahead log: %w", err)
-		}
-		if crc32.Update(crc32.Checksum(fh[8:16], walCRC), walCRC, p) != binary.LittleEndian.Uint32(fh[16:]) {
-			break
-		}
+	kind := frameKind{magic: legacyFrameMagic, padded: magic == legacyMagic}
+	_, err = scanFrames(f, kind, epoch, legacyDataStart, size, func(_ int64, p []byte) error {
 		frames = append(frames, p)
-		off += legacyFrameHdr + n
-		if magic == legacyMagic {
-			off = alignUp(off)
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, true, fmt.Errorf("reading old write-ahead log: %w", err)
 	}
 	return frames, true, nil
 }

@@ -628,7 +628,7 @@ func TestLogReads(t *testing.T) {
 	}
 	// The frames, read back as replay does, are the ones written.
 	n := 0
-	end, err := scanFrames(f, nonce, segDataStart, l.off, func(int64, []byte) error { n++; return nil })
+	end, err := scanFrames(f, segFrames, nonce, segDataStart, l.off, func(int64, []byte) error { n++; return nil })
 	if err != nil || n != 3 || end != l.off {
 		t.Fatalf("scan: %d frames to %d (log ends at %d), %v", n, end, l.off, err)
 	}
