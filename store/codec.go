@@ -17,6 +17,7 @@ const (
 	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
 	pPeer     = 'P' // P nodeId                       → peer JSON
 	pMeta     = 'M' // M name                         → store metadata
+	pSigner   = 'S' // S author                       → 1 (author has signed)
 	pTime     = 'T' // format 1 only: the time, group and author orders,
 	pGroup    = 'G' // which format 2 keeps in memory (order.go) and
 	pAuthor   = 'A' // drops at Open
@@ -118,6 +119,7 @@ const (
 	flDecrypted
 	flDirected
 	flKept
+	flQuarantined
 )
 
 // encodeRecord lays a record out as: format, flags, storedAt, source,
@@ -163,6 +165,9 @@ func metaFlags(m Meta) byte {
 	}
 	if m.Kept {
 		f |= flKept
+	}
+	if m.Quarantined {
+		f |= flQuarantined
 	}
 	return f
 }
@@ -262,6 +267,7 @@ func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
 	rec.Meta.Decrypted = fl&flDecrypted != 0
 	rec.Meta.Directed = fl&flDirected != 0
 	rec.Meta.Kept = fl&flKept != 0
+	rec.Meta.Quarantined = fl&flQuarantined != 0
 	rec.CreatedBy = r.str()
 	rec.CreatedAt = r.varint()
 	rec.Group = r.str()

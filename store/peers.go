@@ -20,6 +20,20 @@ type Peer struct {
 	Name      string    `json:"name,omitempty"`
 	FirstSeen time.Time `json:"firstSeen"`
 	LastSeen  time.Time `json:"lastSeen"`
+	// Confirmed is true when the pinned keys came from an authenticated
+	// source (a handshake, whose secure channel proves the key, or the
+	// node's own identity). An unconfirmed pin came with a gossiped frame
+	// and yields to the first confirmed key offered for the nodeId.
+	Confirmed bool `json:"confirmed,omitempty"`
+}
+
+// PeerUpdate is what PutPeer did.
+type PeerUpdate struct {
+	Peer Peer // the roster entry as stored
+	// Changed is false when the sighting added nothing, and nothing was written.
+	Changed bool
+	// Replaced is the unconfirmed Ed25519 key a confirmed one displaced, or nil.
+	Replaced []byte
 }
 
 // ErrKeyConflict is matched (errors.Is) by every *KeyConflictError.
@@ -46,50 +60,50 @@ func (e *KeyConflictError) Is(target error) bool { return target == ErrKeyConfli
 func peerKey(id string) []byte { return append([]byte{pPeer}, id...) }
 
 // PutPeer records a sighting of a peer. A new peer is pinned with the keys it
-// presents; a known one may fill in a key it never presented, update its
-// name and last-seen, but never change a pinned key (*KeyConflictError).
-// It returns the roster entry as stored.
-func (s *Store) PutPeer(ctx context.Context, p Peer) (Peer, error) {
+// presents. A known one may fill in a key it never presented and update its
+// name, but never change a pinned key (*KeyConflictError) — except that a
+// confirmed sighting replaces an unconfirmed pin (PeerUpdate.Replaced).
+// LastSeen moves with a confirmed sighting or another change, so a record's
+// frame that adds nothing writes nothing.
+func (s *Store) PutPeer(ctx context.Context, p Peer) (PeerUpdate, error) {
 	if err := checkName("nodeId", p.NodeID, false); err != nil {
-		return Peer{}, err
+		return PeerUpdate{}, err
 	}
-	now := s.opts.Now()
 	if p.LastSeen.IsZero() {
-		p.LastSeen = now
+		p.LastSeen = s.opts.Now()
 	}
-	var out Peer
+	// Most sightings add nothing: answer those from a read, without a
+	// durable commit. The job below decides again on what it reads.
+	if cur, err := s.GetPeer(ctx, p.NodeID); err == nil {
+		up, err := mergePeer(cur, p)
+		if err != nil {
+			return PeerUpdate{}, fmt.Errorf("recording peer %s: %w", p.NodeID, err)
+		}
+		if !up.Changed {
+			return up, nil
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return PeerUpdate{}, err
+	}
+	var up PeerUpdate
 	j := newJob(ctx, 512, func(t *wtx) (func(), error) {
 		cur, found, err := readPeerTx(t, p.NodeID)
 		if err != nil {
 			return nil, err
 		}
+		up = PeerUpdate{}
 		if !found {
-			out = p
-			if out.FirstSeen.IsZero() {
-				out.FirstSeen = p.LastSeen
+			up.Peer, up.Changed = p, true
+			if up.Peer.FirstSeen.IsZero() {
+				up.Peer.FirstSeen = p.LastSeen
 			}
-		} else {
-			out = cur
-			for _, k := range []struct {
-				kind           string
-				pinned, offers *[]byte
-			}{{"Ed25519", &out.Ed25519, &p.Ed25519}, {"X25519", &out.X25519, &p.X25519}} {
-				switch {
-				case len(*k.offers) == 0:
-				case len(*k.pinned) == 0:
-					*k.pinned = *k.offers
-				case !bytes.Equal(*k.pinned, *k.offers):
-					return nil, &KeyConflictError{NodeID: p.NodeID, Kind: k.kind, Pinned: *k.pinned, Offered: *k.offers, FirstSeen: cur.FirstSeen}
-				}
-			}
-			if p.Name != "" {
-				out.Name = p.Name
-			}
-			if p.LastSeen.After(out.LastSeen) {
-				out.LastSeen = p.LastSeen
-			}
+		} else if up, err = mergePeer(cur, p); err != nil {
+			return nil, err
 		}
-		v, err := json.Marshal(out)
+		if !up.Changed {
+			return nil, nil
+		}
+		v, err := json.Marshal(up.Peer)
 		if err != nil {
 			return nil, err
 		}
@@ -101,9 +115,53 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (Peer, error) {
 		err = errs[0]
 	}
 	if err != nil {
-		return Peer{}, fmt.Errorf("recording peer %s: %w", p.NodeID, err)
+		return PeerUpdate{}, fmt.Errorf("recording peer %s: %w", p.NodeID, err)
 	}
-	return out, nil
+	return up, nil
+}
+
+// mergePeer applies sighting p to roster entry cur.
+func mergePeer(cur, p Peer) (PeerUpdate, error) {
+	out := cur
+	up := PeerUpdate{}
+	replace := p.Confirmed && !cur.Confirmed && len(p.Ed25519) > 0 &&
+		len(cur.Ed25519) > 0 && !bytes.Equal(cur.Ed25519, p.Ed25519)
+	if replace {
+		up.Replaced = cur.Ed25519
+		out.Ed25519, out.X25519 = p.Ed25519, p.X25519
+	} else {
+		for _, k := range []struct {
+			kind           string
+			pinned, offers *[]byte
+		}{{"Ed25519", &out.Ed25519, &p.Ed25519}, {"X25519", &out.X25519, &p.X25519}} {
+			switch {
+			case len(*k.offers) == 0:
+			case len(*k.pinned) == 0:
+				*k.pinned = *k.offers
+			case !bytes.Equal(*k.pinned, *k.offers):
+				if p.Confirmed && !cur.Confirmed {
+					*k.pinned = *k.offers // the handshake's key wins over the frame's
+					continue
+				}
+				return PeerUpdate{}, &KeyConflictError{NodeID: p.NodeID, Kind: k.kind, Pinned: *k.pinned, Offered: *k.offers, FirstSeen: cur.FirstSeen}
+			}
+		}
+	}
+	if p.Confirmed && len(out.Ed25519) > 0 {
+		out.Confirmed = true
+	}
+	if p.Name != "" {
+		out.Name = p.Name
+	}
+	up.Changed = !bytes.Equal(out.Ed25519, cur.Ed25519) || !bytes.Equal(out.X25519, cur.X25519) ||
+		out.Confirmed != cur.Confirmed || out.Name != cur.Name
+	// A handshake is a sighting worth recording; a record's frame is not.
+	if (up.Changed || p.Confirmed) && p.LastSeen.After(out.LastSeen) {
+		out.LastSeen = p.LastSeen
+		up.Changed = true
+	}
+	up.Peer = out
+	return up, nil
 }
 
 func readPeer(txn *badger.Txn, id string) (Peer, bool, error) {

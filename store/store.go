@@ -58,6 +58,8 @@ type Meta struct {
 	Directed  bool
 	// Kept exempts the record from age-based purge (e.g. validated/canonical).
 	Kept bool
+	// Quarantined records are kept but not surfaced (Quarantine).
+	Quarantined bool
 }
 
 // Record is a stored entry with its local metadata.
@@ -148,6 +150,7 @@ type Store struct {
 
 	idx   *textIndex
 	order *orderIndex
+	trust *trustState
 	// appliedSeq is the last batch the syncer finished with; indexed
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
@@ -235,6 +238,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		wdone:     make(chan struct{}),
 		idx:       newTextIndex(runtime.Gosched),
 		order:     newOrderIndex(),
+		trust:     newTrustState(),
 		walLimit:  walCheckpoint,
 		applyIdle: applyIdle,
 	}
@@ -259,6 +263,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.log.close()
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading records: %w", err))
+	}
+	if err := s.loadSigners(); err != nil {
+		s.log.close()
+		db.Close()
+		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading signers: %w", err))
 	}
 	go s.writer()
 	return s, nil
@@ -493,10 +502,14 @@ func (s *Store) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
 		}
-		s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-		s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
 		s.loadedKeys[rec.Key] = struct{}{}
 		n++
+		if rec.Meta.Quarantined {
+			s.trust.quarantined[rec.Key] = struct{}{}
+			return nil
+		}
+		s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+		s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
 		return nil
 	}
 	type located struct {

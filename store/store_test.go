@@ -424,19 +424,21 @@ func TestPeerRoster(t *testing.T) {
 	}
 	defer s.Close()
 	ed, x := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
-	p, err := s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: ed, Name: "alpha"})
-	if err != nil || !p.FirstSeen.Equal(now) || !p.LastSeen.Equal(now) {
-		t.Fatalf("first sight: %+v %v", p, err)
+	up, err := s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: ed, Name: "alpha"})
+	p := up.Peer
+	if err != nil || !up.Changed || !p.FirstSeen.Equal(now) || !p.LastSeen.Equal(now) {
+		t.Fatalf("first sight: %+v %v", up, err)
 	}
 	// Later sighting: same key, new name, X25519 learnt.
 	now = now.Add(time.Hour)
-	p, err = s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: ed, X25519: x, Name: "alpha2"})
+	up, err = s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: ed, X25519: x, Name: "alpha2"})
+	p = up.Peer
 	if err != nil || p.Name != "alpha2" || !bytes.Equal(p.X25519, x) || !p.LastSeen.Equal(now) || !p.FirstSeen.Equal(time.UnixMilli(testBase)) {
 		t.Fatalf("update: %+v %v", p, err)
 	}
 	// A sighting without keys (e.g. name only) keeps the pins.
-	if p, err = s.PutPeer(ctx, Peer{NodeID: "node-a"}); err != nil || !bytes.Equal(p.Ed25519, ed) {
-		t.Fatalf("keyless sighting: %+v %v", p, err)
+	if up, err = s.PutPeer(ctx, Peer{NodeID: "node-a"}); err != nil || !bytes.Equal(up.Peer.Ed25519, ed) {
+		t.Fatalf("keyless sighting: %+v %v", up, err)
 	}
 	for _, bad := range []Peer{
 		{NodeID: "node-a", Ed25519: bytes.Repeat([]byte{9}, 32)},

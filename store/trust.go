@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// trustState is what the store keeps in memory about who may be believed:
+// the records it quarantined and the authors known to sign. Both sets are
+// loaded at Open and change only through the writer.
+type trustState struct {
+	mu          sync.RWMutex
+	quarantined map[string]struct{}
+	signers     map[string]struct{}
+}
+
+func newTrustState() *trustState {
+	return &trustState{quarantined: map[string]struct{}{}, signers: map[string]struct{}{}}
+}
+
+func signerKey(author string) []byte { return append([]byte{pSigner}, author...) }
+
+// Quarantine keeps records but stops surfacing them: they leave the time,
+// group and author orders and the text index, so no listing, search,
+// catch-up digest or purge finds them, while Has and Get still do (so the
+// same record is not fetched and accepted again, and Get reports
+// Meta.Quarantined). It returns how many records were newly quarantined.
+func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
+	var jobs []*job
+	marked := make([]bool, len(keys))
+	for i, key := range keys {
+		jobs = append(jobs, newJob(ctx, 256, func(t *wtx) (func(), error) {
+			v, found, err := t.get(recKey(key))
+			if err != nil || !found {
+				return nil, err
+			}
+			rec, err := decodeRecord(key, v, false)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
+			}
+			if rec.Meta.Quarantined {
+				return nil, nil
+			}
+			v = slices.Clone(v)
+			v[1] |= flQuarantined
+			t.set(recKey(key), v)
+			marked[i] = true
+			return func() {
+				s.order.remove(key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+				s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
+			}, nil
+		}))
+	}
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	errs, err := s.submit(ctx, jobs)
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("quarantining %d records: %w", len(keys), err)
+	}
+	n := 0
+	s.trust.mu.Lock()
+	for i, m := range marked {
+		if m {
+			s.trust.quarantined[keys[i]] = struct{}{}
+			n++
+		}
+	}
+	s.trust.mu.Unlock()
+	return n, nil
+}
+
+// Quarantined lists the quarantined records' keys, sorted.
+func (s *Store) Quarantined() []string {
+	s.trust.mu.RLock()
+	out := make([]string, 0, len(s.trust.quarantined))
+	for k := range s.trust.quarantined {
+		out = append(out, k)
+	}
+	s.trust.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// IsQuarantined reports whether key names a quarantined record.
+func (s *Store) IsQuarantined(key string) bool {
+	s.trust.mu.RLock()
+	defer s.trust.mu.RUnlock()
+	_, ok := s.trust.quarantined[key]
+	return ok
+}
+
+// MarkSigned records durably that author has had a signed record admitted:
+// from then on unsigned records claiming it are refused (MMP §18.3.1's
+// downgrade rule). Only the first call for an author writes.
+func (s *Store) MarkSigned(ctx context.Context, author string) error {
+	if err := checkName("author", author, false); err != nil {
+		return err
+	}
+	if s.HasSigned(author) {
+		return nil
+	}
+	j := newJob(ctx, 64+len(author), func(t *wtx) (func(), error) {
+		t.set(signerKey(author), []byte{1})
+		return nil, nil
+	})
+	errs, err := s.submit(ctx, []*job{j})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		return fmt.Errorf("recording that %s signs: %w", author, err)
+	}
+	s.trust.mu.Lock()
+	s.trust.signers[author] = struct{}{}
+	s.trust.mu.Unlock()
+	return nil
+}
+
+// HasSigned reports whether MarkSigned was ever called for author.
+func (s *Store) HasSigned(author string) bool {
+	s.trust.mu.RLock()
+	defer s.trust.mu.RUnlock()
+	_, ok := s.trust.signers[author]
+	return ok
+}
+
+// loadSigners reads the signer set into memory (Open).
+func (s *Store) loadSigners() error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pSigner}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			s.trust.signers[string(it.Item().Key()[1:])] = struct{}{}
+		}
+		return nil
+	})
+}
