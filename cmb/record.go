@@ -124,6 +124,10 @@ const (
 // HasGroup reports whether the record carries a `group` member.
 func (r *Record) HasGroup() bool { return r.present&hasGroup != 0 }
 
+// IsUnsigned reports a record that carries no sig member at all (an empty
+// "sig" on the wire is a bad signature, not an unsigned record).
+func (r *Record) IsUnsigned() bool { return r.present&hasSig == 0 && r.Sig == "" }
+
 // SetGroup sets the group and marks it present.
 func (r *Record) SetGroup(g string) { r.Group = g; r.present |= hasGroup }
 

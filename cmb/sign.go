@@ -51,7 +51,7 @@ func (r *Record) Sign(priv ed25519.PrivateKey) error {
 // VerifySignature checks sig over the rebuilt payload with pub. An absent sig
 // is ErrUnsigned; anything else that fails is ErrBadSignature.
 func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
-	if r.present&hasSig == 0 && r.Sig == "" {
+	if r.IsUnsigned() {
 		return newError(ReasonUnsigned, "record carries no sig", nil)
 	}
 	if r.present&hasSigAlg != 0 && r.SigAlg != SigAlg {

@@ -112,14 +112,18 @@ type Policy struct {
 	Audience
 	// AuthorKey is the author's Ed25519 key, or nil if the receiver holds none.
 	AuthorKey ed25519.PublicKey
-	// AllowUnsigned admits an unsigned record when no key is held (§18.3.1's
-	// permissive rule). Off by default: cmbnode requires signatures.
+	// AllowUnsigned admits an unsigned record when no key is held for its
+	// author (§18.3.1's permissive rule). Off by default: cmbnode requires
+	// signatures. The caller also applies the downgrade rule: an author
+	// known to have signed before gets no unsigned record admitted.
 	AllowUnsigned bool
 }
 
 // Verify runs every receive-side check in the order of MMP §18.3.1 (after
 // decryption): shape, address, signature, audience. The first failure is
-// returned as a typed *Error.
+// returned as a typed *Error. An unsigned record is refused whenever the
+// author's key is known, legacy `cmb-` records included: a node holding
+// the key MUST verify (§18.3.1, SEC-7).
 func (r *Record) Verify(p Policy) error {
 	if r.IsSealed() {
 		return newError(ReasonSealed, "fields are encrypted; open the record first", nil)
@@ -130,20 +134,24 @@ func (r *Record) Verify(p Policy) error {
 	if err := r.VerifyAddress(); err != nil {
 		return err
 	}
-	switch {
+	switch unsigned := r.IsUnsigned(); {
+	case unsigned && p.AuthorKey != nil:
+		return newError(ReasonUnsigned, "record is unsigned but the key of author "+truncate(r.CreatedBy, 64)+" is known, so it must be signed", ErrDowngrade)
+	case unsigned && !p.AllowUnsigned:
+		return newError(ReasonUnsigned, "record is unsigned and unsigned records are not accepted", nil)
+	case unsigned:
 	case p.AuthorKey != nil:
-		if SchemeOf(r.Key) == SchemeLegacy && r.Sig == "" {
-			break // legacy cmb- records predate signing (§9.2)
-		}
 		if err := r.VerifySignature(p.AuthorKey); err != nil {
 			return err
 		}
-	case r.Sig == "" && !p.AllowUnsigned:
-		return newError(ReasonUnsigned, "record is unsigned and unsigned records are not accepted", nil)
-	case r.Sig != "":
+	default:
 		return newError(ReasonBadSignature, "no key is known for author "+truncate(r.CreatedBy, 64), errNoKey)
 	}
 	return r.CheckAudience(p.Audience)
 }
+
+// ErrDowngrade is wrapped by the refusal of an unsigned record from an
+// author that is known to sign (its key is held, or it signed before).
+var ErrDowngrade = errors.New("signature downgrade refused")
 
 var errNoKey = errors.New("author key unknown")

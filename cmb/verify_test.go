@@ -333,3 +333,32 @@ func TestBuildDefaults(t *testing.T) {
 		}
 	}
 }
+
+// Point 3 of the trust review: a receiver holding the author's key refuses
+// an unsigned record, the legacy unsigned `cmb-` form included.
+func TestUnsignedRefusedWhenKeyKnown(t *testing.T) {
+	pub := testKey(t).Public().(ed25519.PublicKey)
+	texts := [NumFields]string{"testing conformance vectors", "none", "verify implementations agree", "interop", "exact bytes", "generator", "neutral"}
+	legacy := &Record{Key: AddressLegacy(&texts), CreatedBy: "legacy-author", CreatedAt: 1}
+	for i := range texts {
+		legacy.Fields[i].Text = texts[i]
+	}
+	legacy.SetGroup("alpha")
+	unsigned := buildSample(t, nil)
+	unsigned.Sig, unsigned.SigAlg, unsigned.present = "", "", unsigned.present&^(hasSig|hasSigAlg)
+	unsigned = roundTrip(t, unsigned)
+	for name, r := range map[string]*Record{"legacy cmb-": legacy, "cmb1-": unsigned} {
+		for _, allow := range []bool{false, true} {
+			err := r.Verify(Policy{Audience: Audience{Group: "alpha"}, AuthorKey: pub, AllowUnsigned: allow})
+			if !errorIs(err, ErrUnsigned) || !errors.Is(err, ErrDowngrade) {
+				t.Errorf("%s unsigned with the author's key held (AllowUnsigned=%v): err = %v, want unsigned/downgrade", name, allow, err)
+			}
+		}
+		if err := r.Verify(Policy{Audience: Audience{Group: "alpha"}}); !errorIs(err, ErrUnsigned) {
+			t.Errorf("%s unsigned, strict: err = %v, want unsigned", name, err)
+		}
+	}
+	if err := legacy.Verify(Policy{Audience: Audience{Group: "alpha"}, AllowUnsigned: true}); err != nil {
+		t.Errorf("legacy unsigned record, no key held, permissive: %v", err)
+	}
+}
