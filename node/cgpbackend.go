@@ -87,6 +87,9 @@ func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, erro
 	if err != nil {
 		return cgp.Record{}, false, fmt.Errorf("read %s: %w", key, err)
 	}
+	if r.Meta.Quarantined {
+		return cgp.Record{}, false, nil
+	}
 	sum := sha256.Sum256(r.Raw)
 	d, ok := b.n.cgpCache.get(key, &sum)
 	if !ok {
@@ -106,6 +109,7 @@ func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, erro
 		out.AuthorName = p.Name
 	}
 	out.StoredAt, out.Raw, out.RawDigest = r.Meta.StoredAt, r.Raw, d.digest
+	out.KeyUnconfirmed = !b.n.keyConfirmed(ctx, out.CreatedBy, r.Meta.Source)
 	return out, true, nil
 }
 
@@ -199,5 +203,5 @@ func (b CGPBackend) Children(ctx context.Context, key string) ([]string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("children of %s: %w", key, err)
 	}
-	return c, nil
+	return slices.DeleteFunc(c, b.n.st.IsQuarantined), nil
 }

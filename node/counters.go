@@ -15,6 +15,8 @@ type Counters struct {
 	Duplicates   atomic.Int64 // received records already held
 	Relayed      atomic.Int64 // valid records for another member, relayed only
 	KeyConflicts atomic.Int64 // authors presenting a key other than the pinned one
+	KeysReplaced atomic.Int64 // unconfirmed author keys a handshake replaced
+	Quarantined  atomic.Int64 // records quarantined because their key was replaced
 	Fetched      atomic.Int64 // records obtained by cmb-fetch
 	CaughtUp     atomic.Int64 // records obtained by catch-up
 
@@ -54,6 +56,8 @@ type Snapshot struct {
 	Duplicates   int64            `json:"duplicates"`
 	Relayed      int64            `json:"relayed"`
 	KeyConflicts int64            `json:"keyConflicts"`
+	KeysReplaced int64            `json:"keysReplaced"`
+	Quarantined  int64            `json:"quarantined"`
 	Fetched      int64            `json:"fetched"`
 	CaughtUp     int64            `json:"caughtUp"`
 	Rejected     map[string]int64 `json:"rejected"`
@@ -65,6 +69,7 @@ func (c *Counters) Snapshot() Snapshot {
 	s := Snapshot{
 		Authored: c.Authored.Load(), Received: c.Received.Load(), Accepted: c.Accepted.Load(),
 		Duplicates: c.Duplicates.Load(), Relayed: c.Relayed.Load(), KeyConflicts: c.KeyConflicts.Load(),
+		KeysReplaced: c.KeysReplaced.Load(), Quarantined: c.Quarantined.Load(),
 		Fetched: c.Fetched.Load(), CaughtUp: c.CaughtUp.Load(), Rejected: c.Rejected(),
 	}
 	for _, v := range s.Rejected {

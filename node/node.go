@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cmbnode/cmb"
@@ -38,6 +39,10 @@ type Options struct {
 	Now func() time.Time
 	// StoreOptions tune the badger store.
 	StoreOptions store.Options
+	// AllowUnsigned admits unsigned records from authors whose key is not
+	// known and who never signed (MMP §18.3.1's permissive rule). Off by
+	// default (config strict_signatures = true).
+	AllowUnsigned bool
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -78,6 +83,11 @@ type Node struct {
 
 	cgpCache decodedCache // decoded records for the CGP backend (cgpbackend.go)
 
+	allowUnsigned bool
+	// trustGen counts pins a handshake replaced, so a record checked against
+	// a replaced pin is not stored after the replacement (Accept).
+	trustGen atomic.Uint64
+
 	Counters Counters
 }
 
@@ -110,10 +120,40 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{
+	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
-		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{},
-	}, nil
+		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned,
+	}
+	if err := n.pinSelf(context.Background()); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// pinSelf pins this node's own keys, confirmed, before anything can be
+// received: no record or handshake may claim our nodeId with another key.
+// A pin of our nodeId left by anyone else is replaced, and the records it
+// admitted are quarantined.
+func (n *Node) pinSelf(ctx context.Context) error {
+	self := store.Peer{NodeID: strings.ToLower(n.id.NodeID), Ed25519: n.id.Ed25519.Public().(ed25519.PublicKey),
+		X25519: n.id.X25519.PublicKey().Bytes(), Name: n.id.Name, Confirmed: true}
+	_, err := n.pinAuthor(ctx, self)
+	if !errors.Is(err, store.ErrKeyConflict) {
+		if err != nil {
+			return fmt.Errorf("pinning this node's own key: %w", err)
+		}
+		return nil
+	}
+	n.log.Warn("this node's nodeId was pinned to another key; restoring its own and quarantining what that key signed", "nodeId", n.id.NodeID)
+	if err := n.st.DeletePeer(ctx, self.NodeID); err != nil {
+		return fmt.Errorf("pinning this node's own key: %w", err)
+	}
+	if _, err := n.st.PutPeer(ctx, self); err != nil {
+		return fmt.Errorf("pinning this node's own key: %w", err)
+	}
+	_, err = n.quarantineForged(ctx, self.NodeID, self.Ed25519)
+	return err
 }
 
 // StoreDir is where a home keeps its badger store.
@@ -224,7 +264,8 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 	if err := rec.Verify(cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: rec.To}, AuthorKey: pub}); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	if err := n.pinAuthor(ctx, rec.CreatedBy, pub, nil, ""); err != nil {
+	// A local agent is inside the socket's trust boundary: its key is confirmed.
+	if _, err := n.pinAuthor(ctx, store.Peer{NodeID: rec.CreatedBy, Ed25519: pub, Confirmed: true}); err != nil {
 		return Result{}, err
 	}
 	if missing, err := lineage.MissingParents(ctx, n.st, rec.Parents()); err != nil {
@@ -286,20 +327,71 @@ func (n *Node) box(peerX25519 []byte) (*e2e.Box, error) {
 	return b, nil
 }
 
-// pinAuthor records an author's keys on first sight and refuses a different
-// key later (TOFU, DESIGN "Authors").
-func (n *Node) pinAuthor(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
-	if cmb.ValidateNodeID(nodeID) != nil {
+// pinAuthor records an author's keys: on first sight (TOFU, DESIGN
+// "Authors"), refusing a different key later, except that a confirmed key
+// (a handshake's) replaces an unconfirmed pin, whose records are then
+// quarantined. A sighting that adds nothing writes nothing.
+func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, error) {
+	if cmb.ValidateNodeID(p.NodeID) != nil {
 		// Agent-name authors (allowed by the schema) are not pinned by nodeId.
-		return nil
+		return store.PeerUpdate{}, nil
 	}
+	p.NodeID = strings.ToLower(p.NodeID)
 	now := n.now()
-	_, err := n.st.PutPeer(ctx, store.Peer{NodeID: strings.ToLower(nodeID), Ed25519: ed, X25519: x, Name: name, FirstSeen: now, LastSeen: now})
+	p.FirstSeen, p.LastSeen = now, now
+	up, err := n.st.PutPeer(ctx, p)
 	if errors.Is(err, store.ErrKeyConflict) {
 		n.Counters.KeyConflicts.Add(1)
-		return fmt.Errorf("%w: %w", ErrRejected, err)
+		return up, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
+	if err != nil || up.Replaced == nil {
+		return up, err
+	}
+	n.trustGen.Add(1)
+	n.Counters.KeysReplaced.Add(1)
+	q, err := n.quarantineForged(ctx, p.NodeID, p.Ed25519)
+	n.log.Warn("a handshake key replaced an author key known only from gossip; records that key signed are quarantined",
+		"nodeId", p.NodeID, "replacedKey", cmb.EncodeKey(up.Replaced), "key", cmb.EncodeKey(p.Ed25519), "quarantined", q)
+	return up, err
+}
+
+// PinPeer records a peer's keys as its handshake presented them; the
+// libp2p secure channel has proved the Ed25519 key, so the pin is
+// confirmed. A key conflict with a confirmed pin wraps ErrRejected and
+// store.ErrKeyConflict.
+func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
+	_, err := n.pinAuthor(ctx, store.Peer{NodeID: nodeID, Ed25519: ed, X25519: x, Name: name, Confirmed: true})
 	return err
+}
+
+// quarantineForged quarantines the records of author whose signature does
+// not verify with key: they were admitted under a key that turned out not
+// to be the author's. It returns how many it quarantined.
+func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.PublicKey) (int, error) {
+	var forged []string
+	err := n.st.Scan(ctx, store.Window{Author: author}, func(kt store.KeyTime) error {
+		r, err := n.st.Get(ctx, kt.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec, err := cmb.Decode(r.Raw)
+		if err != nil || rec.VerifySignature(key) != nil {
+			forged = append(forged, kt.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finding records of %s signed by a replaced key: %w", author, err)
+	}
+	q, err := n.st.Quarantine(ctx, forged)
+	if err != nil {
+		return 0, err
+	}
+	n.Counters.Quarantined.Add(int64(q))
+	return q, nil
 }
 
 func (n *Node) put(ctx context.Context, rec *cmb.Record, m store.Meta) (bool, error) {

@@ -54,7 +54,7 @@ func introduce(t *testing.T, a, b *Node) {
 	t.Helper()
 	for _, p := range [][2]*Node{{a, b}, {b, a}} {
 		id := p[1].Identity()
-		if err := p[0].pinAuthor(context.Background(), id.NodeID, id.PublicKey(), id.X25519.PublicKey().Bytes(), id.Name); err != nil {
+		if err := p[0].PinPeer(context.Background(), id.NodeID, id.PublicKey(), id.X25519.PublicKey().Bytes(), id.Name); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"cmbnode/cmb"
@@ -77,9 +78,17 @@ type Stored struct {
 	StoredAt time.Time
 	Source   string
 	Directed bool
+	// KeyConfirmed is false when the author's key is known only from the
+	// gossiped frames that carried its records: lower provenance.
+	KeyConfirmed bool
 }
 
-// Get returns one held record exactly as received.
+// ErrQuarantined is wrapped (with ErrNotFound) when a record is held but
+// quarantined: it was admitted under an author key a handshake replaced.
+var ErrQuarantined = errors.New("quarantined")
+
+// Get returns one held record exactly as received. A quarantined record is
+// not surfaced: the error wraps ErrNotFound and ErrQuarantined.
 func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 	r, err := n.st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -88,11 +97,28 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
+	if r.Meta.Quarantined {
+		return nil, fmt.Errorf("%w: record %s is %w: the author key it was admitted under was replaced by a handshake", ErrNotFound, key, ErrQuarantined)
+	}
 	rec, err := cmb.Decode(r.Raw)
 	if err != nil {
 		return nil, fmt.Errorf("stored record %s does not decode: %w", key, err)
 	}
-	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed}, nil
+	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed,
+		KeyConfirmed: n.keyConfirmed(ctx, rec.CreatedBy, r.Meta.Source)}, nil
+}
+
+// keyConfirmed reports whether a held record's author key came from an
+// authenticated source: this node, a local agent, or a handshake.
+func (n *Node) keyConfirmed(ctx context.Context, author, source string) bool {
+	if source == SourceLocal || strings.EqualFold(author, n.id.NodeID) {
+		return true
+	}
+	if cmb.ValidateNodeID(author) != nil {
+		return false // agent-name authors are vouched for only by frames
+	}
+	p, err := n.st.GetPeer(ctx, strings.ToLower(author))
+	return err == nil && p.Confirmed
 }
 
 func (n *Node) record(ctx context.Context, key string) (*cmb.Record, error) {
@@ -120,7 +146,7 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	}
 	if ok, err := n.st.Has(ctx, key); err != nil {
 		return LineageResult{}, err
-	} else if !ok {
+	} else if !ok || n.st.IsQuarantined(key) {
 		return LineageResult{}, fmt.Errorf("%w: no record %s", ErrNotFound, key)
 	}
 	anc, err := lineage.AncestorsOf(ctx, n.st, key, depth)
@@ -133,10 +159,14 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	}
 	res := LineageResult{Key: key, Ancestors: make([]string, 0, len(anc)), Descendants: make([]string, 0, len(desc))}
 	for _, a := range anc {
-		res.Ancestors = append(res.Ancestors, a.Key)
+		if !n.st.IsQuarantined(a.Key) {
+			res.Ancestors = append(res.Ancestors, a.Key)
+		}
 	}
 	for _, d := range desc {
-		res.Descendants = append(res.Descendants, d.Key)
+		if !n.st.IsQuarantined(d.Key) {
+			res.Descendants = append(res.Descendants, d.Key)
+		}
 	}
 	return res, nil
 }
@@ -154,6 +184,9 @@ type Status struct {
 	Counters  Snapshot `json:"counters"`
 	Listeners int      `json:"listeners"`
 	Dropped   int64    `json:"listenersDropped"`
+	// Quarantined lists records held but not surfaced because the author
+	// key they were admitted under was replaced by a handshake.
+	Quarantined []string `json:"quarantined"`
 }
 
 // Status reports identity, network and counts.
@@ -161,7 +194,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
 		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), Counters: n.Counters.Snapshot(),
-		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(),
+		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),
 	}
 	if m := n.getMesh(); m != nil {
 		s.PeerID = m.PeerID()

@@ -36,10 +36,17 @@ type Checked struct {
 	Decrypted bool
 	// Duplicate is true when the store already holds the key.
 	Duplicate bool
+	// KeyConfirmed is true when the author key the record verified against
+	// came from an authenticated source (our identity, a handshake, a local
+	// agent), not only from the gossiped frame.
+	KeyConfirmed bool
 	// MissingParents are parents the store does not hold yet: fetch them.
 	MissingParents []string
 	authorKey      ed25519.PublicKey
 	authorX        []byte
+	// trustGen is the node's trust generation at the check: Accept checks
+	// the author's pin again if a handshake replaced a pin since.
+	trustGen uint64
 }
 
 // errKeyConflict marks a frame key contradicting the roster's pin, so the
@@ -52,9 +59,10 @@ var ErrNotForUs = errors.New("directed to another node")
 
 // Check runs the receive pipeline of MMP §18.3.1 on a record from the mesh:
 // shape, group, author key (roster pin, else the frame's key), decryption
-// when sealed for us, address, signature, audience. It stores nothing. A
-// rejection is a *cmb.Error (or wraps ErrRejected for roster conflicts);
-// ErrNotForUs means "valid, relay only".
+// when sealed for us, address, signature, audience, lineage. It writes only
+// what it learns: the first pin of an author's key and the first sight of
+// an author that signs. A rejection is a *cmb.Error (or wraps ErrRejected
+// for roster conflicts); ErrNotForUs means "valid, relay only".
 func (n *Node) Check(ctx context.Context, rec *cmb.Record, src Source) (*Checked, error) {
 	n.Counters.Received.Add(1)
 	c, err := n.check(ctx, rec, src)
@@ -71,28 +79,39 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if err := rec.CheckAudience(cmb.Audience{Group: n.group, Self: rec.To}); err != nil {
 		return nil, err
 	}
-	pub, x, err := n.authorKeys(ctx, rec.CreatedBy, src)
+	gen := n.trustGen.Load()
+	a, err := n.authorKeys(ctx, rec.CreatedBy, src)
 	if err != nil {
 		return nil, err
 	}
-	c := &Checked{Source: src, authorKey: pub, authorX: x, Directed: rec.To != ""}
+	unsigned := rec.IsUnsigned()
+	switch {
+	case a.pub == nil && !unsigned:
+		return nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + truncate(rec.CreatedBy, 64)}
+	case unsigned && a.pub == nil && n.st.HasSigned(rec.CreatedBy):
+		return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "record is unsigned but author " + truncate(rec.CreatedBy, 64) + " has signed before", Err: cmb.ErrDowngrade}
+	}
+	c := &Checked{Source: src, authorKey: a.pub, authorX: a.x, Directed: rec.To != "", KeyConfirmed: a.confirmed, trustGen: gen}
 	if rec.To != "" && !strings.EqualFold(rec.To, n.id.NodeID) {
 		// Not ours: the address cannot be recomputed under seal, but the
 		// signature binds key, author, time, group and recipient.
 		if err := rec.Validate(); err != nil {
 			return nil, err
 		}
-		if err := rec.VerifySignature(pub); err != nil {
+		if a.pub == nil {
+			return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "an unsigned directed record is not relayed"}
+		}
+		if err := rec.VerifySignature(a.pub); err != nil {
 			return nil, err
 		}
 		c.Record = rec
 		return c, ErrNotForUs
 	}
 	if rec.IsSealed() {
-		if len(x) == 0 {
+		if len(a.x) == 0 {
 			return nil, fmt.Errorf("%w: sealed record from %s, whose encryption key is unknown", ErrRejected, rec.CreatedBy)
 		}
-		box, err := n.box(x)
+		box, err := n.box(a.x)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrRejected, err)
 		}
@@ -102,33 +121,57 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 		}
 		rec, c.Decrypted = opened, true
 	}
-	if err := rec.Verify(cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: n.id.NodeID}, AuthorKey: pub}); err != nil {
+	policy := cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: n.id.NodeID}, AuthorKey: a.pub, AllowUnsigned: n.allowUnsigned}
+	if err := rec.Verify(policy); err != nil {
 		return nil, err
 	}
 	c.Record = rec
-	if err := n.pinAuthor(ctx, rec.CreatedBy, pub, x, ""); err != nil {
-		return nil, err
-	}
 	if c.Duplicate, err = n.st.Has(ctx, rec.Key); err != nil {
 		return nil, err
 	}
 	if !c.Duplicate {
-		if c.MissingParents, err = lineage.MissingParents(ctx, n.st, rec.Parents()); err != nil {
+		rep, err := lineage.Validate(ctx, n.st, rec.Key, rec.Parents(), rec.Ancestors())
+		if errors.Is(err, lineage.ErrLineage) {
+			return nil, &cmb.Error{Reason: cmb.ReasonBadLineage, Detail: strings.Join(rep.Problems, "; ")}
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.MissingParents = rep.MissingParents
+	}
+	if a.needsPin {
+		if _, err := n.pinAuthor(ctx, store.Peer{NodeID: rec.CreatedBy, Ed25519: a.pub, X25519: a.x}); err != nil {
+			return nil, err
+		}
+	}
+	if !unsigned {
+		if err := n.st.MarkSigned(ctx, rec.CreatedBy); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// authorKeys resolves the author's keys: the roster's pinned keys, else the
-// ones the frame carried. A frame key that contradicts the pin is a forgery
-// or a conflicting identity and is refused.
-func (n *Node) authorKeys(ctx context.Context, author string, src Source) (ed25519.PublicKey, []byte, error) {
+// authorKey is how the node knows an author's keys.
+type authorKey struct {
+	pub ed25519.PublicKey // nil when no key is known
+	x   []byte
+	// confirmed: the key came from an authenticated source.
+	confirmed bool
+	// needsPin: the frame offers a key the roster lacks for a nodeId author.
+	needsPin bool
+}
+
+// authorKeys resolves the author's keys: our own identity for our nodeId,
+// else the roster's pinned keys, else the ones the frame carried. A frame
+// key that contradicts the pin is a forgery or a conflicting identity and
+// is refused.
+func (n *Node) authorKeys(ctx context.Context, author string, src Source) (authorKey, error) {
 	var framePub ed25519.PublicKey
 	if src.AuthorKey != "" {
 		k, err := cmb.ParsePublicKey(src.AuthorKey)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: frame author key: %v", ErrRejected, err)
+			return authorKey{}, fmt.Errorf("%w: frame author key: %v", ErrRejected, err)
 		}
 		framePub = k
 	}
@@ -136,41 +179,74 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (ed255
 	if src.AuthorE2E != "" {
 		k, err := e2e.ParsePublicKey(src.AuthorE2E)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: frame author encryption key: %v", ErrRejected, err)
+			return authorKey{}, fmt.Errorf("%w: frame author encryption key: %v", ErrRejected, err)
 		}
 		frameX = k.Bytes()
+	}
+	conflict := func() (authorKey, error) {
+		n.Counters.KeyConflicts.Add(1)
+		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, errKeyConflict, truncate(author, 64))
+	}
+	if strings.EqualFold(author, n.id.NodeID) {
+		// Nobody speaks for this node but its own key.
+		own := n.id.Ed25519.Public().(ed25519.PublicKey)
+		if framePub != nil && !framePub.Equal(own) {
+			return conflict()
+		}
+		return authorKey{pub: own, x: n.id.X25519.PublicKey().Bytes(), confirmed: true}, nil
+	}
+	nodeAuthor := cmb.ValidateNodeID(author) == nil
+	if !nodeAuthor {
+		// Agent-name authors (allowed by the schema) are not pinned: only the
+		// frame vouches for their key.
+		return authorKey{pub: framePub, x: frameX}, nil
 	}
 	p, err := n.st.GetPeer(ctx, strings.ToLower(author))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		if framePub == nil {
-			return nil, nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + author}
-		}
-		return framePub, frameX, nil
+		return authorKey{pub: framePub, x: frameX, needsPin: framePub != nil}, nil
 	case err != nil:
-		return nil, nil, err
+		return authorKey{}, err
 	}
 	if framePub != nil && len(p.Ed25519) > 0 && !framePub.Equal(ed25519.PublicKey(p.Ed25519)) {
-		n.Counters.KeyConflicts.Add(1)
-		return nil, nil, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, errKeyConflict, author)
+		return conflict()
 	}
-	pub := ed25519.PublicKey(p.Ed25519)
-	if len(pub) == 0 {
-		pub = framePub
+	a := authorKey{pub: ed25519.PublicKey(p.Ed25519), x: p.X25519, confirmed: p.Confirmed && len(p.Ed25519) > 0}
+	if len(a.pub) == 0 {
+		a.pub, a.needsPin, a.confirmed = framePub, framePub != nil, false
 	}
-	x := p.X25519
-	if len(x) == 0 {
-		x = frameX
+	if len(a.x) == 0 && len(frameX) > 0 {
+		a.x, a.needsPin = frameX, true
 	}
-	if pub == nil {
-		return nil, nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + author}
+	if len(a.pub) == 0 {
+		a.pub = nil
 	}
-	return pub, x, nil
+	return a, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Accept stores a checked record durably and tells listeners. It returns
 // whether the store already held it.
 func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
+	if c.trustGen != n.trustGen.Load() {
+		// A handshake replaced a pin since the check: the key this record
+		// verified against may no longer be the author's.
+		a, err := n.authorKeys(ctx, c.Record.CreatedBy, Source{})
+		if err != nil {
+			return false, err
+		}
+		if a.pub != nil && c.authorKey != nil && !a.pub.Equal(c.authorKey) {
+			n.Counters.KeyConflicts.Add(1)
+			n.Counters.reject("key-conflict")
+			return false, fmt.Errorf("%w: %w: author %s's key was replaced by a handshake", ErrRejected, errKeyConflict, c.Record.CreatedBy)
+		}
+	}
 	src := c.Source.NodeID
 	if src == "" {
 		src = c.Source.PeerID

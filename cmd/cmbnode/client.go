@@ -157,6 +157,12 @@ func cmdStatus(e *env, args []string) error {
 		rej += " (" + strings.Join(parts, ", ") + ")"
 	}
 	fmt.Fprintf(tw, "rejected\t%s\n", rej)
+	if len(st.Quarantined) > 0 {
+		fmt.Fprintf(tw, "quarantined\t%d records (admitted under an author key a handshake replaced)\n", len(st.Quarantined))
+		for _, k := range st.Quarantined {
+			fmt.Fprintf(tw, "\t%s\n", k)
+		}
+	}
 	return tw.Flush()
 }
 
@@ -352,9 +358,9 @@ func cmdGet(e *env, args []string) error {
 		return daemonErr(err)
 	}
 	if *asJSON {
-		// The record exactly as held, so it pipes into `cmbnode cmb verify`.
-		_, err := e.stdout.Write(append(append([]byte(nil), g.CMB...), '\n'))
-		return err
+		// The record exactly as held (under "cmb") with its local metadata;
+		// `cmbnode cmb verify` reads it as it is.
+		return writeJSON(e.stdout, g)
 	}
 	rec, err := cmb.Decode(g.CMB)
 	if err != nil {
@@ -378,6 +384,9 @@ func cmdGet(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", label, p)
 	}
 	fmt.Fprintf(tw, "stored\t%s, from %s\n", relTime(time.UnixMilli(g.StoredAt), now), g.Source)
+	if !g.KeyConfirmed {
+		fmt.Fprintf(tw, "authorKey\tunconfirmed (known only from gossip, never from a handshake)\n")
+	}
 	if rec.IsSealed() {
 		fmt.Fprintf(tw, "fields\t(sealed)\n")
 	} else {

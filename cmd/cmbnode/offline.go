@@ -304,7 +304,21 @@ func readStdin(e *env) ([]byte, error) {
 	if len(data) == 0 {
 		return nil, usagef("no record on stdin: pipe one CMB JSON object in")
 	}
-	return data, nil
+	return unwrapRecord(data), nil
+}
+
+// unwrapRecord returns the record inside an object that carries one as its
+// "cmb" member (`cmbnode get --json`'s output, a cmb frame) and has no
+// fields of its own; anything else is returned as given.
+func unwrapRecord(data []byte) []byte {
+	var env struct {
+		CMB    json.RawMessage `json:"cmb"`
+		Fields json.RawMessage `json:"fields"`
+	}
+	if json.Unmarshal(data, &env) != nil || env.Fields != nil || len(env.CMB) == 0 || env.CMB[0] != '{' {
+		return data
+	}
+	return env.CMB
 }
 
 // loadIdentity loads the node identity of a home for a tool that can also

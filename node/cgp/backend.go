@@ -70,6 +70,9 @@ type Record struct {
 	// RawDigest, if set, is RecordDigest(Raw) computed once when stored;
 	// canonicalising on every query is the dominant rendering cost.
 	RawDigest string
+	// KeyUnconfirmed marks lower provenance: the author's key is known only
+	// from the gossiped frames that carried its records, not a handshake.
+	KeyUnconfirmed bool
 }
 
 // Fields are the seven CAT7 field texts plus the mood's affect numbers.

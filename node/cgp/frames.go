@@ -35,6 +35,9 @@ const (
 	linkTypeDerivation  = "derivation"
 	methodRenderMemory  = "cmbnode/render-memory/1"
 	methodRenderEpisode = "cmbnode/render-episode/1"
+	// methodUnconfirmedKey is appended to a CMB link's method when the
+	// author's key came only with gossiped frames, never from a handshake.
+	methodUnconfirmedKey = "+unconfirmed-key"
 )
 
 func memoryFrameID(key string) string { return memoryIDPrefix + key }
@@ -235,8 +238,13 @@ func (e *Engine) cmbLink(r Record) Link {
 	} else {
 		d = RecordDigest(r.Raw)
 	}
+	method := cmbMethod(r.Key)
+	if r.KeyUnconfirmed {
+		// Lower provenance, said where a host reads who vouches for the record.
+		method += methodUnconfirmedKey
+	}
 	return Link{Type: linkTypeCMB, URI: strp(CMBURI(e.group(r), r.Key)), Digest: d,
-		Method: strp(cmbMethod(r.Key)), By: strp(clean(r.CreatedBy))}
+		Method: strp(method), By: strp(clean(r.CreatedBy))}
 }
 
 func (e *Engine) derivationLink(method string) Link {

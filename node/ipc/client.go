@@ -291,6 +291,9 @@ type GetReply struct {
 	Source   string          `json:"source"`
 	StoredAt int64           `json:"storedAt"`
 	Directed bool            `json:"directed"`
+	// KeyConfirmed is false when the author's key is known only from the
+	// gossiped frames that carried its records (lower provenance).
+	KeyConfirmed bool `json:"keyConfirmed"`
 }
 
 // Get fetches one record.

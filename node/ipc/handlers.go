@@ -128,12 +128,7 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if err != nil {
 			return nil, err
 		}
-		return struct {
-			CMB      json.RawMessage `json:"cmb"`
-			Source   string          `json:"source"`
-			StoredAt int64           `json:"storedAt"`
-			Directed bool            `json:"directed"`
-		}{s.Raw, s.Source, s.StoredAt.UnixMilli(), s.Directed}, nil
+		return GetReply{CMB: s.Raw, Source: s.Source, StoredAt: s.StoredAt.UnixMilli(), Directed: s.Directed, KeyConfirmed: s.KeyConfirmed}, nil
 	case TypeLineage:
 		key, err := requiredKey(m)
 		if err != nil {

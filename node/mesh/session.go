@@ -165,10 +165,8 @@ func (ss *session) handshake(ctx context.Context) error {
 		}
 		x = k.Bytes()
 	}
-	now := time.Now()
-	_, err = m.n.Store().PutPeer(ctx, store.Peer{NodeID: nodeID, Ed25519: pub, X25519: x, Name: hs.Name, FirstSeen: now, LastSeen: now})
+	err = m.n.PinPeer(ctx, nodeID, pub, x, hs.Name)
 	if errors.Is(err, store.ErrKeyConflict) {
-		m.n.Counters.KeyConflicts.Add(1)
 		m.n.Counters.CountReject("key-conflict")
 		ss.fail(cmb.CodeAuthFailed, "nodeId is pinned to another key")
 		return fmt.Errorf("roster: %w", err)
