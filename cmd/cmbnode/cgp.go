@@ -78,6 +78,16 @@ func cgpHooks(h *daemon.Hooks) {
 		if err != nil {
 			return nil, err
 		}
-		return provider.StartHTTP(ctx, e, loopbackDefault(addr), env.Logger.With("component", "cgp-http"))
+		log := env.Logger.With("component", "cgp-http")
+		// The token file is minted on first use; its path is logged, never
+		// the token.
+		tok, created, err := provider.LoadOrCreateToken(env.Home)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			log.Info("created the CGP HTTP bearer token", "file", provider.TokenPath(env.Home))
+		}
+		return provider.StartHTTP(ctx, e, loopbackDefault(addr), tok, log)
 	}
 }

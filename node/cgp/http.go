@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -35,6 +36,35 @@ const (
 	// request (403).
 	CodeForbidden = "forbidden"
 )
+
+// MinBearerToken is the shortest bearer token CheckBearerToken accepts: 32
+// characters of token68 carry enough entropy that guessing over loopback is
+// hopeless when the token is random.
+const MinBearerToken = 32
+
+// ErrBadToken: a bearer token too short, or with characters a client cannot
+// send in an Authorization header.
+var ErrBadToken = errors.New("unusable bearer token")
+
+// CheckBearerToken checks that tok can be the binding's bearer token: at
+// least MinBearerToken characters of the RFC 9110 token68 alphabet
+// (letters, digits, -._~+/, then optional trailing =). The error never
+// quotes the token.
+func CheckBearerToken(tok string) error {
+	if len(tok) < MinBearerToken {
+		return fmt.Errorf("%w: it has %d characters, at least %d are needed", ErrBadToken, len(tok), MinBearerToken)
+	}
+	body := strings.TrimRight(tok, "=")
+	if body == "" {
+		return fmt.Errorf("%w: it is only padding", ErrBadToken)
+	}
+	for _, c := range body {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-._~+/", c)) {
+			return fmt.Errorf("%w: use only letters, digits and -._~+/ (then optional trailing =)", ErrBadToken)
+		}
+	}
+	return nil
+}
 
 // HTTPOptions tunes NewHTTPHandler.
 type HTTPOptions struct {
