@@ -136,7 +136,7 @@ func (hh *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !hh.authorized(r.Header.Get("Authorization")) {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		hh.opts.Logger.Debug("CGP HTTP request refused", "reason", "no valid bearer token", "remote", r.RemoteAddr)
-		writeEnvelope(w, http.StatusUnauthorized, errorReply("", CodeUnauthorized, "missing or wrong bearer token (send Authorization: Bearer <token>)"))
+		writeEnvelope(w, http.StatusUnauthorized, errorReply("", CodeUnauthorized, "missing or wrong bearer token; send the header Authorization: Bearer TOKEN"))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBody))
