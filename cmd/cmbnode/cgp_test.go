@@ -205,6 +205,27 @@ func TestCGPHTTPDaemonRequiresToken(t *testing.T) {
 	}
 }
 
+// TestCGPHTTPDaemonUsesConfiguredToken: cgp_http_token in config.toml is
+// the token, and no token file is minted beside it.
+func TestCGPHTTPDaemonUsesConfiguredToken(t *testing.T) {
+	home := t.TempDir()
+	tok := "configured-" + strings.Repeat("0123456789", 4)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte("cgp_http_token = \""+tok+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	startDaemon(t, home, "--cgp-http", addr)
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": "Bearer " + tok}); st != http.StatusOK || !strings.Contains(body, `"handshake_ack"`) {
+		t.Fatalf("configured token: %d %s", st, body)
+	}
+	if st, _, body := postCGP(t, addr, nil); st != http.StatusUnauthorized {
+		t.Fatalf("no token: %d %s", st, body)
+	}
+	if _, err := os.Stat(filepath.Join(home, "cgp-http.token")); !os.IsNotExist(err) {
+		t.Fatalf("a token file was minted beside the configured token: %v", err)
+	}
+}
+
 // TestCGPWithoutDaemon: the shim still acknowledges, and a query gets a
 // named `unavailable` instead of a hang.
 func TestCGPWithoutDaemon(t *testing.T) {
