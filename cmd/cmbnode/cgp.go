@@ -78,6 +78,19 @@ func cgpHooks(h *daemon.Hooks) {
 		if err != nil {
 			return nil, err
 		}
-		return provider.StartHTTP(ctx, e, loopbackDefault(addr), env.Logger.With("component", "cgp-http"))
+		log := env.Logger.With("component", "cgp-http")
+		// cgp_http_token wins; otherwise the token file, minted on first
+		// use. Its path is logged, never the token.
+		tok := env.Config.CGPHTTPToken
+		if tok == "" {
+			var created bool
+			if tok, created, err = provider.LoadOrCreateToken(env.Home); err != nil {
+				return nil, err
+			}
+			if created {
+				log.Info("created the CGP HTTP bearer token", "file", provider.TokenPath(env.Home))
+			}
+		}
+		return provider.StartHTTP(ctx, e, loopbackDefault(addr), tok, log)
 	}
 }

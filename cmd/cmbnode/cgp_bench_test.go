@@ -77,10 +77,17 @@ func BenchmarkCGPQueryViaHTTP(b *testing.B) {
 			addr := loopbackAddr(b)
 			stopAtCleanup(b, startBenchDaemon(b, home, "--cgp-http", addr))
 			url := "http://" + addr + "/contextgraph"
+			bearer := "Bearer " + readToken(b, home)
 			client := &http.Client{Timeout: 30 * time.Second}
 			b.Cleanup(client.CloseIdleConnections)
 			benchQueries(b, n, func(line []byte) ([]byte, error) {
-				resp, err := client.Post(url, "application/json", bytes.NewReader(line))
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(line))
+				if err != nil {
+					return nil, err
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", bearer)
+				resp, err := client.Do(req)
 				if err != nil {
 					return nil, err
 				}

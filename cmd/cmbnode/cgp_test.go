@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,9 +98,132 @@ func TestCGPConformance(t *testing.T) {
 	assertConformant(t, cgptest.Run(ctx, stdio, cgptest.Options{SchemaPath: cgpSchema}),
 		cgptest.CheckProvenanceFixture, cgptest.CheckEmbeddingFP)
 
-	httpT := &cgptest.HTTPTarget{Label: "cmbnode --cgp-http", URL: "http://" + addr + "/contextgraph"}
+	httpT := &cgptest.HTTPTarget{Label: "cmbnode --cgp-http", URL: "http://" + addr + "/contextgraph", Token: readToken(t, home)}
 	assertConformant(t, cgptest.Run(ctx, httpT, cgptest.Options{SchemaPath: cgpSchema}),
 		cgptest.CheckProvenanceFixture, cgptest.CheckEmbeddingFP, cgptest.CheckEOFClean)
+}
+
+// readToken reads the bearer token the daemon minted into home.
+func readToken(t testing.TB, home string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(home, "cgp-http.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// postCGP POSTs a handshake to the daemon's binding with the given headers
+// and returns the status and the body.
+func postCGP(t *testing.T, addr string, header map[string]string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/contextgraph",
+		strings.NewReader(`{"type":"handshake","protocol_version":"contextgraph/1.0"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+// TestCGPHTTPDaemonRequiresToken: `cmbnode daemon --cgp-http` mints a 0600
+// token into the home on first start and answers only requests bearing it
+// from a loopback Host and no foreign page; a looser token file stops the
+// daemon; deleting the file and restarting rotates the token. The token
+// never reaches the logs, even at debug.
+func TestCGPHTTPDaemonRequiresToken(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	addr := freeAddr(t)
+	d := startDaemon(t, home, "--cgp-http", addr, "--log-level", "debug")
+	path := filepath.Join(home, "cgp-http.token")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", fi, err)
+	}
+	tok := readToken(t, home)
+	bearer := "Bearer " + tok
+
+	if st, h, body := postCGP(t, addr, nil); st != http.StatusUnauthorized || h.Get("WWW-Authenticate") != "Bearer" || !strings.Contains(body, `"code":"unauthorized"`) {
+		t.Fatalf("no token: %d %v %s", st, h, body)
+	}
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": "Bearer " + strings.Repeat("x", len(tok))}); st != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d %s", st, body)
+	}
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": bearer}); st != http.StatusOK || !strings.Contains(body, `"handshake_ack"`) {
+		t.Fatalf("token: %d %s", st, body)
+	}
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": bearer, "Host": "rebound.example:7474"}); st != http.StatusMisdirectedRequest {
+		t.Fatalf("foreign Host: %d %s", st, body)
+	}
+	if st, h, body := postCGP(t, addr, map[string]string{"Authorization": bearer, "Origin": "https://evil.example"}); st != http.StatusForbidden || h.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("cross-origin: %d %v %s", st, h, body)
+	}
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("stop: %v\n%s", err, d.logs)
+	}
+	if strings.Contains(d.logs.String(), tok) {
+		t.Fatalf("the token is in the logs:\n%s", d.logs)
+	}
+
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := spawnDaemon(t, home, "--cgp-http", addr); err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) || strings.Contains(err.Error(), tok) {
+		if d != nil {
+			d.kill()
+		}
+		t.Fatalf("daemon with a 0644 token file: %v", err)
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, home, "--cgp-http", addr)
+	if readToken(t, home) == tok {
+		t.Fatal("restart after deleting the token file kept the token")
+	}
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": bearer}); st != http.StatusUnauthorized {
+		t.Fatalf("rotated-out token: %d %s", st, body)
+	}
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": "Bearer " + readToken(t, home)}); st != http.StatusOK {
+		t.Fatalf("new token: %d %s", st, body)
+	}
+}
+
+// TestCGPHTTPDaemonUsesConfiguredToken: cgp_http_token in config.toml is
+// the token, and no token file is minted beside it.
+func TestCGPHTTPDaemonUsesConfiguredToken(t *testing.T) {
+	home := t.TempDir()
+	tok := "configured-" + strings.Repeat("0123456789", 4)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte("cgp_http_token = \""+tok+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	startDaemon(t, home, "--cgp-http", addr)
+	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": "Bearer " + tok}); st != http.StatusOK || !strings.Contains(body, `"handshake_ack"`) {
+		t.Fatalf("configured token: %d %s", st, body)
+	}
+	if st, _, body := postCGP(t, addr, nil); st != http.StatusUnauthorized {
+		t.Fatalf("no token: %d %s", st, body)
+	}
+	if _, err := os.Stat(filepath.Join(home, "cgp-http.token")); !os.IsNotExist(err) {
+		t.Fatalf("a token file was minted beside the configured token: %v", err)
+	}
 }
 
 // TestCGPWithoutDaemon: the shim still acknowledges, and a query gets a

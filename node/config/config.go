@@ -6,19 +6,26 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"cmbnode/group"
+	"cmbnode/node/cgp"
 )
 
 // FileName is the config file inside the home directory.
 const FileName = "config.toml"
+
+// ErrInsecure: the config file holds a secret (cgp_http_token) but group or
+// others can access it.
+var ErrInsecure = errors.New("config file permissions are too open")
 
 // Config is every setting the daemon reads.
 type Config struct {
@@ -32,6 +39,10 @@ type Config struct {
 	MDNS bool `toml:"mdns"`
 	// CGPHTTP is the address of the Context Graph Protocol HTTP binding; "" is off.
 	CGPHTTP string `toml:"cgp_http"`
+	// CGPHTTPToken is the bearer token the HTTP binding requires; "" means
+	// the one minted into the home's cgp-http.token. A file setting it must
+	// be private to its owner (Load checks).
+	CGPHTTPToken string `toml:"cgp_http_token"`
 	// Metrics is the address of the Prometheus endpoint; "" is off.
 	Metrics string `toml:"metrics"`
 	// Retention purges records older than this; 0 keeps everything.
@@ -78,7 +89,7 @@ func Path(home string) string { return filepath.Join(home, FileName) }
 func Load(home string) (Config, error) {
 	c := Default()
 	path := Path(home)
-	data, err := os.ReadFile(path)
+	data, perm, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
@@ -99,7 +110,28 @@ func Load(home string) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
+	// A token others can read is no secret. Windows does not map
+	// group/other onto these bits.
+	if c.CGPHTTPToken != "" && runtime.GOOS != "windows" && perm&0o077 != 0 {
+		return c, fmt.Errorf("config %s: %w: it sets cgp_http_token but has mode %04o, open to group or others; run: chmod 600 %s", path, ErrInsecure, perm, path)
+	}
 	return c, nil
+}
+
+// readFile reads path and the permissions of the file it read.
+func readFile(path string) ([]byte, fs.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	// Stat the open file, not the path, so the mode is that of what we read.
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	data, err := io.ReadAll(f)
+	return data, fi.Mode().Perm(), err
 }
 
 // Validate checks values a flag or the file may have set.
@@ -111,6 +143,11 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	if c.CGPHTTPToken != "" {
+		if err := cgp.CheckBearerToken(c.CGPHTTPToken); err != nil {
+			return fmt.Errorf("cgp_http_token: %w", err)
+		}
 	}
 	return nil
 }
@@ -148,6 +185,10 @@ func Render(c Config) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	}
+	token := `# cgp_http_token = ""`
+	if c.CGPHTTPToken != "" {
+		token = "cgp_http_token = " + q(c.CGPHTTPToken)
+	}
 	fmt.Fprintf(&b, `# cmbnode configuration. Flags given to "cmbnode daemon" override these
 # settings. The node's identity (nodeId, name, keys) is in identity.json.
 
@@ -169,6 +210,13 @@ mdns = %t
 # (Hosts reach the node over stdio with "cmbnode cgp" without this.)
 cgp_http = %s
 
+# The bearer token HTTP clients must send ("Authorization: Bearer <token>").
+# Unset, the daemon mints one into cgp-http.token in this directory (mode
+# 0600) on first start; delete that file and restart to rotate it. Set here,
+# it must be at least 32 letters, digits or -._~+/ (e.g. the output of
+# "openssl rand -hex 32"), and this file must be mode 0600.
+%s
+
 # Prometheus metrics endpoint, e.g. "127.0.0.1:9464". Empty turns it off.
 metrics = %s
 
@@ -179,6 +227,6 @@ retention = %s
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), q(c.Metrics), q(c.Retention.String()), c.LogJSON, q(c.LogLevel))
+`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), c.LogJSON, q(c.LogLevel))
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -52,5 +53,56 @@ func TestLoadDefaultsAndErrors(t *testing.T) {
 		if _, err := Load(home); err == nil || !strings.Contains(err.Error(), FileName) {
 			t.Errorf("%s: err = %v, want an error naming the file", name, err)
 		}
+	}
+}
+
+// TestCGPHTTPTokenSetting: cgp_http_token is a commented entry until set,
+// round-trips when set, and must be a usable bearer token.
+func TestCGPHTTPTokenSetting(t *testing.T) {
+	home := t.TempDir()
+	c := Default()
+	rendered := Render(c)
+	if !strings.Contains(rendered, "\n# cgp_http_token = ") || strings.Contains(rendered, "\ncgp_http_token") {
+		t.Fatalf("unset token is not a commented entry:\n%s", rendered)
+	}
+	c.CGPHTTPToken = "configured-token-0123456789abcdef0123"
+	if err := Write(home, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(home)
+	if err != nil || got.CGPHTTPToken != c.CGPHTTPToken {
+		t.Fatalf("round trip: %q %v", got.CGPHTTPToken, err)
+	}
+	for name, tok := range map[string]string{"short": "abc", "spaces": "configured token 0123456789abcdef0123"} {
+		os.WriteFile(Path(home), []byte("cgp_http_token = \""+tok+"\"\n"), 0o600)
+		_, err := Load(home)
+		if err == nil || !strings.Contains(err.Error(), "cgp_http_token") || !strings.Contains(err.Error(), FileName) || strings.Contains(err.Error(), tok) {
+			t.Errorf("%s token: %v", name, err)
+		}
+	}
+}
+
+// TestCGPHTTPTokenRefusedInLooseConfig: a token in a config.toml others can
+// read is no secret, so the file is refused until it is 0600; without a
+// token the same file loads.
+func TestCGPHTTPTokenRefusedInLooseConfig(t *testing.T) {
+	home := t.TempDir()
+	path := Path(home)
+	tok := "configured-token-0123456789abcdef0123"
+	if err := os.WriteFile(path, []byte("cgp_http_token = \""+tok+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(home)
+	if !errors.Is(err, ErrInsecure) || !strings.Contains(err.Error(), "chmod 600 "+path) || strings.Contains(err.Error(), tok) {
+		t.Fatalf("token in a 0644 config: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("mdns = false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(home); err != nil {
+		t.Fatalf("0644 config without a token: %v", err)
 	}
 }

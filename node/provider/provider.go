@@ -90,9 +90,16 @@ func socketErr(err error) error {
 }
 
 // StartHTTP serves the CGP HTTP binding at addr until ctx ends or the
-// returned closer is closed. A non-loopback address is refused: CGP requires
-// TLS off the machine (C7), which this binding does not terminate.
-func StartHTTP(ctx context.Context, e *cgp.Engine, addr string, log *slog.Logger) (io.Closer, error) {
+// returned closer is closed, answering only requests that carry token as
+// their bearer token (see LoadOrCreateToken) and come from a loopback client
+// that is not a web page (cgp.NewHTTPHandler). A non-loopback address is
+// refused: CGP requires TLS off the machine (C7), which this binding does not
+// terminate; so only loopback Host names need answering. A token that fails
+// cgp.CheckBearerToken is refused before anything listens.
+func StartHTTP(ctx context.Context, e *cgp.Engine, addr, token string, log *slog.Logger) (io.Closer, error) {
+	if err := cgp.CheckBearerToken(token); err != nil {
+		return nil, fmt.Errorf("CGP HTTP binding: %w", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CGP HTTP binding: listen on %s: %w", addr, err)
@@ -101,7 +108,7 @@ func StartHTTP(ctx context.Context, e *cgp.Engine, addr string, log *slog.Logger
 		ln.Close()
 		return nil, fmt.Errorf("CGP HTTP binding: %s is not a loopback address; CGP needs TLS off the machine, so bind 127.0.0.1 or [::1]", addr)
 	}
-	srv := cgp.NewHTTPServer(addr, cgp.NewHTTPHandler(e, cgp.HTTPOptions{Logger: log}))
+	srv := cgp.NewHTTPServer(addr, cgp.NewHTTPHandler(e, cgp.HTTPOptions{Logger: log, BearerToken: token}))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("CGP HTTP binding stopped", "addr", addr, "err", err)

@@ -66,9 +66,10 @@ func TestHonestEngineHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(cgp.NewHTTPHandler(e, cgp.HTTPOptions{}))
+	const token = "harness-token-0123456789abcdef"
+	srv := httptest.NewServer(cgp.NewHTTPHandler(e, cgp.HTTPOptions{BearerToken: token}))
 	defer srv.Close()
-	rep := Run(testCtx(t), &HTTPTarget{Label: "http", URL: srv.URL + "/contextgraph"}, Options{SchemaPath: schemaPath})
+	rep := Run(testCtx(t), &HTTPTarget{Label: "http", URL: srv.URL + "/contextgraph", Token: token}, Options{SchemaPath: schemaPath})
 	assertHonest(t, rep, CheckProvenanceFixture, CheckEmbeddingFP, CheckEOFClean)
 }
 

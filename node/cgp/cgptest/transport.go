@@ -206,8 +206,10 @@ func (c *stdioConn) waitExit(grace time.Duration) (ExitInfo, bool) {
 
 // HTTPTarget POSTs envelopes to URL, one per request.
 type HTTPTarget struct {
-	Label  string
-	URL    string
+	Label string
+	URL   string
+	// Token, if set, is sent as `Authorization: Bearer <Token>`.
+	Token  string
 	Client *http.Client
 	Record func(line []byte)
 }
@@ -241,6 +243,9 @@ func (c *httpConn) Send(raw []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.t.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.t.Token)
+	}
 	resp, err := c.cl.Do(req)
 	if err != nil {
 		return err
