@@ -47,6 +47,10 @@ type Config struct {
 	Metrics string `toml:"metrics"`
 	// Retention purges records older than this; 0 keeps everything.
 	Retention Duration `toml:"retention"`
+	// StrictSignatures refuses every unsigned record. Off, an unsigned
+	// record is admitted only from an author whose key is not known and
+	// who never signed (MMP §18.3.1).
+	StrictSignatures bool `toml:"strict_signatures"`
 	// LogJSON switches stderr logs from text to JSON.
 	LogJSON bool `toml:"log_json"`
 	// LogLevel is debug, info, warn or error.
@@ -73,10 +77,11 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Default returns the settings a node runs with when nothing is configured.
 func Default() Config {
 	return Config{
-		Group:    group.Default,
-		Listen:   []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
-		MDNS:     true,
-		LogLevel: "info",
+		Group:            group.Default,
+		Listen:           []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
+		MDNS:             true,
+		StrictSignatures: true,
+		LogLevel:         "info",
 	}
 }
 
@@ -224,9 +229,15 @@ metrics = %s
 # Records that a kept record's lineage references are never purged.
 retention = %s
 
+# Refuse every unsigned record (true), or admit one only from an author
+# whose key this node does not know and who has never signed (false, MMP
+# §18.3.1's permissive rule). An unsigned record from an author known to
+# sign is refused either way.
+strict_signatures = %t
+
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), c.LogJSON, q(c.LogLevel))
+`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
 	return b.String()
 }

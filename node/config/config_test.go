@@ -106,3 +106,24 @@ func TestCGPHTTPTokenRefusedInLooseConfig(t *testing.T) {
 		t.Fatalf("0644 config without a token: %v", err)
 	}
 }
+
+// strict_signatures is on by default, written into the commented file, and
+// can be turned off.
+func TestStrictSignaturesSetting(t *testing.T) {
+	if !Default().StrictSignatures {
+		t.Fatal("strict_signatures is off by default")
+	}
+	home := t.TempDir()
+	if err := Write(home, Default()); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(Path(home))
+	if !strings.Contains(string(data), "\nstrict_signatures = true\n") {
+		t.Fatalf("rendered config lacks strict_signatures:\n%s", data)
+	}
+	os.WriteFile(Path(home), []byte("strict_signatures = false\n"), 0o600)
+	c, err := Load(home)
+	if err != nil || c.StrictSignatures {
+		t.Fatalf("strict_signatures = false: %+v %v", c, err)
+	}
+}

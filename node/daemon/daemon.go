@@ -188,7 +188,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
-	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so})
+	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures})
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
 		if pid == 0 {

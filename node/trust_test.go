@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"testing"
+
+	"cmbnode/cmb"
+	"cmbnode/node/identity"
+)
+
+// agentRecord builds a record by an agent-name author (allowed by the
+// schema, never pinned by nodeId), signed with priv unless priv is nil.
+func agentRecord(t *testing.T, author, focus string, priv ed25519.PrivateKey) *cmb.Record {
+	t.Helper()
+	r := &cmb.Record{CreatedBy: author, CreatedAt: 1_751_000_000_000}
+	r.Fields = fields(focus)
+	for i := range r.Fields {
+		if r.Fields[i].Text == "" {
+			r.Fields[i].Text = cmb.Neutral
+		}
+	}
+	r.SetGroup("alpha")
+	if priv == nil {
+		texts := r.Fields.Texts()
+		r.Key = cmb.AddressLegacy(&texts)
+		return r
+	}
+	texts := r.Fields.Texts()
+	r.Key = cmb.AddressV1(&texts, nil, author)
+	if err := r.Sign(priv); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Point 3 of the trust review: strict_signatures is on by default, and with
+// it off the downgrade rule holds durably: once an author has signed, its
+// unsigned records are refused, also after a restart.
+func TestUnsignedDowngradeRefused(t *testing.T) {
+	ctx := context.Background()
+	strict, _ := openNode(t, "strict", "alpha")
+	if _, err := strict.Check(ctx, agentRecord(t, "legacy-agent", "old style", nil), Source{Via: "test"}); !errors.Is(err, cmb.ErrUnsigned) {
+		t.Fatalf("strict node, unsigned record: %v, want unsigned", err)
+	}
+
+	home := t.TempDir()
+	id, err := identity.Create(home, "lenient", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() *Node {
+		n, err := Open(Options{Home: home, Group: "alpha", Identity: id, AllowUnsigned: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := open()
+	accept := func(r *cmb.Record, src Source) error {
+		c, err := n.Check(ctx, r, src)
+		if err != nil {
+			return err
+		}
+		_, err = n.Accept(ctx, c)
+		return err
+	}
+	if err := accept(agentRecord(t, "legacy-agent", "first, unsigned", nil), Source{Via: "test"}); err != nil {
+		t.Fatalf("permissive node, unsigned record from an author never seen signing: %v", err)
+	}
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if err := accept(agentRecord(t, "legacy-agent", "now signed", priv), Source{Via: "test", AuthorKey: cmb.EncodeKey(pub)}); err != nil {
+		t.Fatalf("signed record: %v", err)
+	}
+	later := agentRecord(t, "legacy-agent", "unsigned again", nil)
+	if err := accept(later, Source{Via: "test"}); !errors.Is(err, cmb.ErrDowngrade) {
+		t.Fatalf("unsigned after signed: %v, want a refused downgrade", err)
+	}
+	n.Close()
+	n = open()
+	defer n.Close()
+	if err := accept(later, Source{Via: "test"}); !errors.Is(err, cmb.ErrDowngrade) {
+		t.Fatalf("unsigned after signed, after a restart: %v, want a refused downgrade", err)
+	}
+	if n.Counters.Snapshot().Rejected["unsigned"] == 0 {
+		t.Fatal("downgrade not counted under its reason")
+	}
+}
+
+// Point 4 of the trust review: received records are held to the lineage
+// rules against what the node stores (lineage.Validate), not only to the
+// shape checks.
+func TestReceivedLineageValidated(t *testing.T) {
+	ctx := context.Background()
+	alice, am := openNode(t, "alice", "alpha")
+	bob, _ := openNode(t, "bob", "alpha")
+	introduce(t, alice, bob)
+	p, _ := alice.Remember(ctx, RememberInput{Fields: fields("root")})
+	c, _ := alice.Remember(ctx, RememberInput{Fields: fields("child"), Parents: []string{p.Key}})
+	for _, r := range am.published {
+		chk, err := bob.Check(ctx, r, source(alice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bob.Accept(ctx, chk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Signed by alice, well formed, but its ancestors leave out the
+	// parent's own ancestor: a truncated lineage.
+	bad, err := cmb.Build(cmb.Draft{Fields: fields("grandchild"), Parents: []string{c.Key}, Ancestors: []string{c.Key},
+		Group: "alpha", CreatedBy: alice.Identity().NodeID, CreatedAt: 1_751_000_000_000}, alice.Identity().Ed25519)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Check(ctx, bad, source(alice)); !errors.Is(err, cmb.ErrBadLineage) {
+		t.Fatalf("truncated lineage: %v, want bad-lineage", err)
+	}
+	if bob.Counters.Snapshot().Rejected["bad-lineage"] != 1 {
+		t.Fatalf("rejections %v, want one bad-lineage", bob.Counters.Snapshot().Rejected)
+	}
+	// The same record with its lineage whole is accepted.
+	good, _ := cmb.Build(cmb.Draft{Fields: fields("grandchild"), Parents: []string{c.Key}, Ancestors: []string{p.Key, c.Key},
+		Group: "alpha", CreatedBy: alice.Identity().NodeID, CreatedAt: 1_751_000_000_000}, alice.Identity().Ed25519)
+	if _, err := bob.Check(ctx, good, source(alice)); err != nil {
+		t.Fatalf("whole lineage: %v", err)
+	}
+}
+
+// Point 12 of the trust review: checking a received record writes nothing
+// when its author is already pinned, so receiving costs one durable commit
+// per record, the record's own.
+func TestReceiveCommitsOnlyTheRecord(t *testing.T) {
+	ctx := context.Background()
+	alice, am := openNode(t, "alice", "alpha")
+	bob, _ := openNode(t, "bob", "alpha")
+	introduce(t, alice, bob)
+	const n = 50
+	for i := range n {
+		if _, err := alice.Remember(ctx, RememberInput{Fields: fields("note " + string(rune('a'+i%26)) + string(rune('a'+i/26)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := bob.Store().Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range am.published {
+		c, err := bob.Check(ctx, r, source(alice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bob.Accept(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := bob.Store().Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One commit per record, plus at most one the first time alice signs.
+	if got := after.Commits - before.Commits; got > n+1 {
+		t.Fatalf("%d received records made %d durable commits, want at most %d", n, got, n+1)
+	}
+}
+
+// Point 1 of the trust review: the node's own key is pinned, confirmed,
+// before it can receive anything.
+func TestOwnIdentityPinnedAtOpen(t *testing.T) {
+	n, _ := openNode(t, "self", "alpha")
+	p, err := n.Store().GetPeer(context.Background(), n.Identity().NodeID)
+	if err != nil || !p.Confirmed || !ed25519.PublicKey(p.Ed25519).Equal(n.Identity().PublicKey()) {
+		t.Fatalf("own roster entry %+v %v, want our key, confirmed", p, err)
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	forged, err := cmb.Build(cmb.Draft{Fields: fields("i never said this"), Group: "alpha", CreatedBy: n.Identity().NodeID, CreatedAt: 1}, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Check(context.Background(), forged, Source{Via: "test", AuthorKey: cmb.EncodeKey(priv.Public().(ed25519.PublicKey))}); !errors.Is(err, ErrRejected) {
+		t.Fatalf("a record in our name with another key: %v, want rejected", err)
+	}
+}
