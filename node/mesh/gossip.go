@@ -34,11 +34,19 @@ const (
 	// unadmittedScore keeps a peer that has not handshaken into our group
 	// below the gossip and publish thresholds, above the graylist.
 	unadmittedScore = -600
+	// Score thresholds. Below gossipThreshold no IHAVE/IWANT is exchanged
+	// with a peer, below publishThreshold our flood publish skips it, below
+	// graylistThreshold every RPC it sends is dropped unread.
+	gossipThreshold   = -100
+	publishThreshold  = -500
+	graylistThreshold = -1000
+	// scoreInspectPeriod is how often the scores shown in Stats are refreshed.
+	scoreInspectPeriod = time.Second
 )
 
 func (m *Mesh) startGossip() error {
 	topicName := group.Topic(m.group)
-	m.drops = &dropTracer{m: m, drops: map[string]int64{}}
+	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
 		// The CMB carries its own signature; the pubsub envelope carries none
 		// and names no author (DESIGN "Wire").
@@ -73,10 +81,12 @@ func (m *Mesh) startGossip() error {
 			DecayToZero:       0.01,
 		}, &pubsub.PeerScoreThresholds{
 			SkipAtomicValidation: true,
-			GossipThreshold:      -100,
-			PublishThreshold:     -500,
-			GraylistThreshold:    -1000,
+			GossipThreshold:      gossipThreshold,
+			PublishThreshold:     publishThreshold,
+			GraylistThreshold:    graylistThreshold,
 		}),
+		// Must follow WithPeerScore, which creates the scorer it inspects.
+		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInspectPeriod),
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),

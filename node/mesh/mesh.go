@@ -149,6 +149,7 @@ type Mesh struct {
 	dialing  map[peer.ID]bool
 
 	drops   *dropTracer
+	scores  peerScores
 	acceptQ chan *node.Checked
 	pending *pending
 	limit   *limiter
