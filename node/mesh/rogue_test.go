@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"cmbnode/cmb"
 	"cmbnode/group"
+	"cmbnode/node"
 	"cmbnode/node/identity"
 	"cmbnode/node/mesh"
 )
@@ -127,7 +130,8 @@ func (r *rogue) joinTopic(grp string) {
 	ps, err := pubsub.NewGossipSub(context.Background(), r.h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign), pubsub.WithNoAuthor(),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string { s := sha256.Sum256(m.GetData()); return string(s[:]) }),
-		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")))
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")),
+		pubsub.WithPeerOutboundQueueSize(1024)) // room for a burst of forgeries
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -304,4 +308,115 @@ func flip(s string) string {
 		b[10] = 'A'
 	}
 	return string(b)
+}
+
+// A handshaken member that keeps publishing records with bad signatures is
+// scored down by the victim's GossipSub: pruned from its mesh, then below
+// the graylist threshold so its RPCs are dropped unread — while an honest
+// member's records keep arriving throughout, and every rejection before the
+// graylist is still counted by reason.
+func TestRejectedGossipGraylistsSender(t *testing.T) {
+	victim := newMember(t, "alpha", "victim", nil, nil)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	r := newRogue(t)
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.serve()
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+	r.joinTopic("alpha")
+	rogueID := r.h.ID().String()
+	// Both members in the victim's mesh: pruning the rogue is then observable.
+	eventually(t, 20*time.Second, "victim grafts honest and rogue", func() bool { return victim.m.Stats().GossipMesh == 2 })
+	if s, ok := victim.m.GossipScore(rogueID); ok && s < 0 {
+		t.Fatalf("the rogue scores %v before it misbehaved", s)
+	}
+
+	// Honest traffic runs through the whole attack. Registered after the
+	// members, this cleanup runs before they close.
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	var wg sync.WaitGroup
+	var honestKeys []string
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt)
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var f cmb.Fields
+			f[cmb.Focus].Text = fmt.Sprintf("honest during the attack %d", i)
+			res, err := honest.n.Remember(context.Background(), node.RememberInput{Fields: f})
+			if err != nil {
+				t.Errorf("honest remember %d: %v", i, err)
+				return
+			}
+			honestKeys = append(honestKeys, res.Key)
+		}
+	})
+
+	const forgeries = 40
+	for i := range forgeries {
+		rec := r.build(fmt.Sprintf("forgery %d", i), "alpha", r.id.NodeID)
+		rec.Sig = flip(rec.Sig)
+		r.publish(frameOf(t, rec, r.id.PublicKeyB64()))
+	}
+	defer func() {
+		s, _ := victim.m.GossipScore(rogueID)
+		t.Logf("rogue score %v, victim rejections %v, stats %+v", s, victim.n.Counters.Rejected(), victim.m.Stats())
+	}()
+	eventually(t, 20*time.Second, "the rogue's score falls below the graylist threshold", func() bool {
+		s, ok := victim.m.GossipScore(rogueID)
+		return ok && s < -1000 && victim.m.Stats().GossipGraylisted == 1
+	})
+	eventually(t, 20*time.Second, "the rogue is pruned from the victim's mesh", func() bool { return victim.m.Stats().GossipMesh == 1 })
+	if s, ok := victim.m.GossipScore(honest.m.PeerID()); !ok || s < 0 {
+		t.Errorf("honest member scores %v (tracked %v), want >= 0", s, ok)
+	}
+	// Rejections are counted as before: every forgery validated before the
+	// graylist, at least the eleven it takes to get there.
+	if n := victim.n.Counters.Rejected()["bad-signature"]; n < 11 || n > forgeries {
+		t.Errorf("victim counted %d bad-signature rejections, want 11..%d", n, forgeries)
+	}
+	// An honest record published now arrives after whatever the rogue sent
+	// before it has been validated.
+	barrier := honest.remember("honest after the graylist", nil, "")
+	eventually(t, 10*time.Second, "victim stores the honest record published after the graylist", func() bool { return victim.has(barrier) })
+	rejected := victim.n.Counters.Rejected()["bad-signature"]
+
+	// Graylisted, the rogue's RPCs are dropped unread: neither more
+	// forgeries nor a valid record of its own reach the validator, while an
+	// honest record published after them arrives.
+	for i := range 10 {
+		rec := r.build(fmt.Sprintf("forgery after the graylist %d", i), "alpha", r.id.NodeID)
+		rec.Sig = flip(rec.Sig)
+		r.publish(frameOf(t, rec, r.id.PublicKeyB64()))
+	}
+	valid := r.build("valid but graylisted", "alpha", r.id.NodeID)
+	r.publish(frameOf(t, valid, r.id.PublicKeyB64()))
+	after := honest.remember("honest after the graylisted records", nil, "")
+	eventually(t, 10*time.Second, "victim stores the honest record published after the graylisted ones", func() bool { return victim.has(after) })
+	if victim.has(valid.Key) {
+		t.Error("victim stored a record from a graylisted peer")
+	}
+	if n := victim.n.Counters.Rejected()["bad-signature"]; n != rejected {
+		t.Errorf("victim validated %d forgeries from a graylisted peer", n-rejected)
+	}
+	halt()
+	keys := honestKeys
+	if len(keys) == 0 {
+		t.Fatal("no honest records were published during the attack")
+	}
+	eventually(t, 10*time.Second, "victim stores every honest record published during the attack", func() bool {
+		for _, k := range keys {
+			if !victim.has(k) {
+				return false
+			}
+		}
+		return true
+	})
 }
