@@ -90,6 +90,11 @@ type Config struct {
 	// RetryMax caps the backoff of a pending parent fetch and of a
 	// bootstrap re-dial (default 60 s).
 	RetryMax time.Duration
+
+	// peerInfoDialHook, when set (by tests, through export_test.go), is
+	// called as each peer-info dial starts; the function it returns is
+	// called when that dial ends.
+	peerInfoDialHook func(peer.AddrInfo) (done func())
 }
 
 func (c *Config) defaults() {

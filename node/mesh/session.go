@@ -474,7 +474,11 @@ func (m *Mesh) onPeerInfo(f *cmb.PeerInfo) {
 			if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected {
 				continue
 			}
+			m.stats.peerInfoDials.Add(1)
 			m.goRun(func(ctx context.Context) {
+				if h := m.cfg.peerInfoDialHook; h != nil {
+					defer h(ai)()
+				}
 				if err := m.connect(ctx, ai); err != nil {
 					m.log.Debug("peer-info dial failed", "peer", ai.ID, "err", err)
 				}

@@ -21,6 +21,7 @@ type stats struct {
 	catchUpRounds    atomic.Int64
 	fetchDepthCut    atomic.Int64
 	pendingOverflow  atomic.Int64
+	peerInfoDials    atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters.
@@ -35,6 +36,8 @@ type Stats struct {
 	FetchesServed    int64 `json:"fetchesServed"`
 	DigestsServed    int64 `json:"digestsServed"`
 	CatchUpRounds    int64 `json:"catchUpRounds"`
+	// PeerInfoDials counts dials started for peers learned from peer-info.
+	PeerInfoDials int64 `json:"peerInfoDials"`
 	// GossipDropped counts what GossipSub discarded, by reason.
 	GossipDropped map[string]int64 `json:"gossipDropped"`
 	// GossipGraylisted is the number of peers GossipSub's scorer tracks
@@ -99,6 +102,7 @@ func (m *Mesh) Stats() Stats {
 		GroupMismatches: m.stats.groupMismatch.Load(), Published: m.stats.published.Load(),
 		GossipUnadmitted: m.stats.gossipUnadmitted.Load(), FetchesServed: m.stats.fetchServed.Load(),
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
+		PeerInfoDials: m.stats.peerInfoDials.Load(),
 		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(),
 	}
@@ -119,6 +123,7 @@ func (m *Mesh) WriteMetrics(w *metrics.Writer) {
 	w.Counter("cmbnode_gossip_unadmitted_total", "Gossip from peers not handshaken into the group, ignored.", s.GossipUnadmitted)
 	w.Counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", s.FetchesServed)
 	w.Counter("cmbnode_catchup_rounds_total", "Catch-up reconciliations run.", s.CatchUpRounds)
+	w.Counter("cmbnode_peerinfo_dials_total", "Dials started for peers learned from peer-info.", s.PeerInfoDials)
 	w.Gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", int64(s.GossipMesh))
 	w.Gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", int64(s.GossipGraylisted))
 	w.Map("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", "counter", "reason", s.GossipDropped)
