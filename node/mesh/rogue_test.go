@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -333,31 +334,7 @@ func TestRejectedGossipGraylistsSender(t *testing.T) {
 		t.Fatalf("the rogue scores %v before it misbehaved", s)
 	}
 
-	// Honest traffic runs through the whole attack. Registered after the
-	// members, this cleanup runs before they close.
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	var wg sync.WaitGroup
-	var honestKeys []string
-	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	t.Cleanup(halt)
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			var f cmb.Fields
-			f[cmb.Focus].Text = fmt.Sprintf("honest during the attack %d", i)
-			res, err := honest.n.Remember(context.Background(), node.RememberInput{Fields: f})
-			if err != nil {
-				t.Errorf("honest remember %d: %v", i, err)
-				return
-			}
-			honestKeys = append(honestKeys, res.Key)
-		}
-	})
+	halt := honestTraffic(t, honest)
 
 	const forgeries = 40
 	for i := range forgeries {
@@ -406,17 +383,197 @@ func TestRejectedGossipGraylistsSender(t *testing.T) {
 	if n := victim.n.Counters.Rejected()["bad-signature"]; n != rejected {
 		t.Errorf("victim validated %d forgeries from a graylisted peer", n-rejected)
 	}
-	halt()
-	keys := honestKeys
+	victim.storesAll(t, halt())
+}
+
+// honestTraffic has mb remember a record every 50 ms until the returned
+// function is called; that function returns the keys remembered. It is
+// also a cleanup, registered after the members so it runs before they close.
+func honestTraffic(t *testing.T, mb *member) (halt func() []string) {
+	stop := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	var keys []string
+	halt = func() []string {
+		once.Do(func() { close(stop) })
+		wg.Wait()
+		return keys
+	}
+	t.Cleanup(func() { halt() })
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var f cmb.Fields
+			f[cmb.Focus].Text = fmt.Sprintf("honest during the attack %d", i)
+			res, err := mb.n.Remember(context.Background(), node.RememberInput{Fields: f})
+			if err != nil {
+				t.Errorf("honest remember %d: %v", i, err)
+				return
+			}
+			keys = append(keys, res.Key)
+		}
+	})
+	return halt
+}
+
+// storesAll waits until mb stores every key of the honest traffic.
+func (mb *member) storesAll(t *testing.T, keys []string) {
+	t.Helper()
 	if len(keys) == 0 {
 		t.Fatal("no honest records were published during the attack")
 	}
-	eventually(t, 10*time.Second, "victim stores every honest record published during the attack", func() bool {
+	t.Logf("%d honest records published during the attack", len(keys))
+	eventually(t, 10*time.Second, fmt.Sprintf("victim stores all %d honest records published during the attack", len(keys)), func() bool {
 		for _, k := range keys {
-			if !victim.has(k) {
+			if !mb.has(k) {
 				return false
 			}
 		}
 		return true
 	})
+}
+
+// A rogue member floods peer-info: 10,000 addresses on loopback ports
+// nobody listens on — one entry with 5,000 addresses of one peer, and 500
+// entries whose ten addresses each name a different peer — plus entries for
+// the victim itself and for a peer it is already connected to. The victim
+// acts on at most 64 entries a frame, one peer and 8 addresses an entry, 64
+// peers a session a minute, 16 dials at once; never dials a connected peer;
+// and honest traffic keeps flowing.
+func TestPeerInfoFloodDialsBounded(t *testing.T) {
+	var mu sync.Mutex
+	var inFlight, maxInFlight, maxAddrs int
+	dialled := map[peer.ID]int{}
+	hook := func(ai peer.AddrInfo) func() {
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		maxAddrs = max(maxAddrs, len(ai.Addrs))
+		dialled[ai.ID]++
+		return func() {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}
+	}
+	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	r := newRogue(t)
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.serve()
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+	halt := honestTraffic(t, honest)
+
+	ports := deadPorts(t, 16)
+	addr := func(i int, id peer.ID) string {
+		return fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", ports[i%len(ports)], id)
+	}
+	total := 0
+	one := randomPeerID(t)
+	big := cmb.PeerEntry{NodeID: "one-peer-many-addresses", Name: "big"}
+	for i := range 5000 {
+		big.Addrs = append(big.Addrs, addr(i, one))
+	}
+	total += len(big.Addrs)
+	r.send(&cmb.PeerInfo{Peers: []cmb.PeerEntry{
+		{NodeID: "victim-itself", Addrs: victim.m.Addrs()},
+		{NodeID: honest.nodeID(), Addrs: honest.m.Addrs()},
+		big,
+	}})
+	for f := range 5 {
+		var entries []cmb.PeerEntry
+		for e := range 100 {
+			entry := cmb.PeerEntry{NodeID: fmt.Sprintf("many-peers-%d-%d", f, e)}
+			for i := range 10 {
+				entry.Addrs = append(entry.Addrs, addr(i, randomPeerID(t)))
+			}
+			total += len(entry.Addrs)
+			entries = append(entries, entry)
+		}
+		r.send(&cmb.PeerInfo{Peers: entries})
+	}
+	t.Logf("the rogue advertised %d addresses", total)
+
+	// Each frame's first 64 entries name a new peer (the first frame one):
+	// every one is either dialled or dropped, none is skipped.
+	const candidates = 1 + 5*64
+	defer func() { t.Logf("victim stats %+v, max in flight %d", victim.m.Stats(), maxInFlight) }()
+	eventually(t, 30*time.Second, "victim has acted on every advertised peer it considers", func() bool {
+		s := victim.m.Stats()
+		return s.PeerInfoDials+s.PeerInfoDialsDropped >= candidates
+	})
+	eventually(t, 30*time.Second, "every peer-info dial has ended", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == 0
+	})
+	s := victim.m.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	dials := 0
+	for id, n := range dialled {
+		dials += n
+		if n > 1 {
+			t.Errorf("peer %s dialled %d times", id, n)
+		}
+	}
+	if int64(dials) != s.PeerInfoDials {
+		t.Errorf("the hook saw %d dials, stats count %d", dials, s.PeerInfoDials)
+	}
+	if s.PeerInfoDials+s.PeerInfoDialsDropped != candidates {
+		t.Errorf("%d dialled + %d dropped, want %d advertised peers acted on", s.PeerInfoDials, s.PeerInfoDialsDropped, candidates)
+	}
+	if dials > 64 {
+		t.Errorf("victim dialled %d advertised peers for one session, want at most 64 a minute", dials)
+	}
+	if maxInFlight > 16 {
+		t.Errorf("%d peer-info dials ran at once, want at most 16", maxInFlight)
+	}
+	if maxAddrs > 8 {
+		t.Errorf("a peer-info dial tried %d addresses, want at most 8", maxAddrs)
+	}
+	for _, id := range []string{victim.m.PeerID(), honest.m.PeerID()} {
+		pid, _ := peer.Decode(id)
+		if dialled[pid] > 0 {
+			t.Errorf("victim dialled %s, which is itself or already connected", id)
+		}
+	}
+	victim.storesAll(t, halt())
+}
+
+// deadPorts returns n loopback TCP ports nobody listens on: each was bound
+// and released, so a dial to it is refused at once and leaves no host.
+func deadPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	return ports
+}
+
+func randomPeerID(t *testing.T) peer.ID {
+	t.Helper()
+	_, pub, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -22,6 +22,7 @@ type stats struct {
 	fetchDepthCut    atomic.Int64
 	pendingOverflow  atomic.Int64
 	peerInfoDials    atomic.Int64
+	peerInfoDropped  atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters.
@@ -38,6 +39,9 @@ type Stats struct {
 	CatchUpRounds    int64 `json:"catchUpRounds"`
 	// PeerInfoDials counts dials started for peers learned from peer-info.
 	PeerInfoDials int64 `json:"peerInfoDials"`
+	// PeerInfoDialsDropped counts advertised peers not dialled because a
+	// peer-info bound was reached (the session's budget, or no free slot).
+	PeerInfoDialsDropped int64 `json:"peerInfoDialsDropped"`
 	// GossipDropped counts what GossipSub discarded, by reason.
 	GossipDropped map[string]int64 `json:"gossipDropped"`
 	// GossipGraylisted is the number of peers GossipSub's scorer tracks
@@ -102,7 +106,7 @@ func (m *Mesh) Stats() Stats {
 		GroupMismatches: m.stats.groupMismatch.Load(), Published: m.stats.published.Load(),
 		GossipUnadmitted: m.stats.gossipUnadmitted.Load(), FetchesServed: m.stats.fetchServed.Load(),
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
-		PeerInfoDials: m.stats.peerInfoDials.Load(),
+		PeerInfoDials: m.stats.peerInfoDials.Load(), PeerInfoDialsDropped: m.stats.peerInfoDropped.Load(),
 		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(),
 	}
@@ -124,6 +128,7 @@ func (m *Mesh) WriteMetrics(w *metrics.Writer) {
 	w.Counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", s.FetchesServed)
 	w.Counter("cmbnode_catchup_rounds_total", "Catch-up reconciliations run.", s.CatchUpRounds)
 	w.Counter("cmbnode_peerinfo_dials_total", "Dials started for peers learned from peer-info.", s.PeerInfoDials)
+	w.Counter("cmbnode_peerinfo_dials_dropped_total", "Peers learned from peer-info not dialled because a bound was reached.", s.PeerInfoDialsDropped)
 	w.Gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", int64(s.GossipMesh))
 	w.Gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", int64(s.GossipGraylisted))
 	w.Map("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", "counter", "reason", s.GossipDropped)
