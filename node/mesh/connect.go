@@ -17,6 +17,18 @@ const (
 	openerGrace = 2 * time.Second
 	// mismatchHold keeps a peer of another group from being re-dialled.
 	mismatchHold = 10 * time.Minute
+
+	// Peer-info dial bounds. Every advertised address could cost a dial and
+	// every dial a goroutine, and a peer-info frame is up to 1 MiB of
+	// addresses a peer may invent, so: at most peerInfoAddrs addresses per
+	// advertised peer; at most peerInfoBudget advertised peers dialled per
+	// session per peerInfoWindow; at most peerInfoSlots such dials running
+	// at once in the whole mesh. What exceeds a bound is dropped, not
+	// queued: honest peers re-send peer-info on every new session.
+	peerInfoAddrs  = 8
+	peerInfoBudget = 64
+	peerInfoWindow = time.Minute
+	peerInfoSlots  = 16
 )
 
 // onConnected makes sure a new connection gets an /mmp session. MMP says the
@@ -101,6 +113,59 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	return m.h.Connect(dctx, ai)
+}
+
+// dialAdvertised dials a peer that ss's peer-info advertised, unless it is
+// us, connected, of another group or already being dialled, and only if a
+// mesh-wide slot is free and the session's budget for the window is left.
+func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
+	if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected || m.isMismatched(ai.ID) {
+		return
+	}
+	m.mu.Lock()
+	if m.peerInfoDialing[ai.ID] {
+		m.mu.Unlock()
+		return
+	}
+	select {
+	case m.peerInfoSlots <- struct{}{}:
+	default:
+		m.mu.Unlock()
+		m.stats.peerInfoDropped.Add(1)
+		return
+	}
+	if now := time.Now(); now.Sub(ss.peerInfoSince) >= peerInfoWindow {
+		ss.peerInfoSince, ss.peerInfoDials = now, 0
+	}
+	if ss.peerInfoDials >= peerInfoBudget {
+		<-m.peerInfoSlots
+		m.mu.Unlock()
+		m.stats.peerInfoDropped.Add(1)
+		return
+	}
+	ss.peerInfoDials++
+	m.peerInfoDialing[ai.ID] = true
+	m.mu.Unlock()
+	release := func() {
+		m.mu.Lock()
+		delete(m.peerInfoDialing, ai.ID)
+		m.mu.Unlock()
+		<-m.peerInfoSlots
+	}
+	started := m.goRun(func(ctx context.Context) {
+		defer release()
+		if h := m.cfg.peerInfoDialHook; h != nil {
+			defer h(ai)()
+		}
+		if err := m.connect(ctx, ai); err != nil {
+			m.log.Debug("peer-info dial failed", "peer", ai.ID, "err", err)
+		}
+	})
+	if !started {
+		release()
+		return
+	}
+	m.stats.peerInfoDials.Add(1)
 }
 
 // keepDialled keeps a bootstrap peer connected, re-dialling with jittered

@@ -34,11 +34,51 @@ const (
 	// unadmittedScore keeps a peer that has not handshaken into our group
 	// below the gossip and publish thresholds, above the graylist.
 	unadmittedScore = -600
+	// Score thresholds. Below gossipThreshold no IHAVE/IWANT is exchanged
+	// with a peer, below publishThreshold our flood publish skips it, below
+	// graylistThreshold every RPC it sends is dropped unread.
+	gossipThreshold   = -100
+	publishThreshold  = -500
+	graylistThreshold = -1000
+	// scoreInspectPeriod is how often the scores shown in Stats are refreshed.
+	scoreInspectPeriod = time.Second
+	// invalidWeight scores a peer -10·n² for n records of its rejected on the
+	// topic (n decaying): 4 put it below the gossip threshold, 8 below the
+	// publish threshold, 11 below the graylist. A single rejection already
+	// makes the score negative, which prunes the peer from our mesh.
+	invalidWeight = -10
+	// invalidDecay is how long until a rejection is forgotten (its count
+	// decays to 1%); the count halves every 90 s, so a graylisted peer that
+	// stops is heard again within minutes (from n = 20 after about 80 s).
+	invalidDecay = 10 * time.Minute
+	// scoreRetain keeps a disconnected peer's score, so a graylisted peer
+	// cannot reset it by reconnecting.
+	scoreRetain = invalidDecay
 )
+
+// topicScoreParams scores the group topic on invalid messages (P4) alone.
+// The other components stay off on purpose:
+//   - P1 time in mesh and P2 first deliveries only ever add, and a positive
+//     score buys nothing here (admission is the handshake); it would let a
+//     member bank credit by relaying honest traffic and spend it on forgeries;
+//   - P3/P3b mesh delivery deficits punish a mesh peer that delivers less
+//     than a threshold — in a small or quiet group every honest peer does,
+//     and would be pruned and graylisted for silence.
+func topicScoreParams() *pubsub.TopicScoreParams {
+	return &pubsub.TopicScoreParams{
+		SkipAtomicValidation: true,
+		TopicWeight:          1,
+		// P1 is off by its zero weight, but GossipSub divides by the quantum
+		// for every mesh peer whatever the weight: zero would panic.
+		TimeInMeshQuantum:              time.Second,
+		InvalidMessageDeliveriesWeight: invalidWeight,
+		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(invalidDecay),
+	}
+}
 
 func (m *Mesh) startGossip() error {
 	topicName := group.Topic(m.group)
-	m.drops = &dropTracer{m: m, drops: map[string]int64{}}
+	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
 		// The CMB carries its own signature; the pubsub envelope carries none
 		// and names no author (DESIGN "Wire").
@@ -56,12 +96,15 @@ func (m *Mesh) startGossip() error {
 		// Our own records go straight to every admitted subscriber (flood
 		// publish), so a record published before the GossipSub mesh formed
 		// is not left to gossip. Flood publishing skips peers scoring below
-		// the publish threshold, and the only score component in use is the
-		// application one: unadmitted peers sit below it (but above the
-		// graylist, so their subscriptions are still heard).
+		// the publish threshold. Two score components are in use: the
+		// application one puts unadmitted peers below it (but above the
+		// graylist, so their subscriptions are still heard), and the topic's
+		// invalid-message one sinks a member whose records we reject.
 		pubsub.WithFloodPublish(true),
 		pubsub.WithPeerScore(&pubsub.PeerScoreParams{
 			SkipAtomicValidation: true,
+			Topics:               map[string]*pubsub.TopicScoreParams{topicName: topicScoreParams()},
+			RetainScore:          scoreRetain,
 			AppSpecificScore: func(pid peer.ID) float64 {
 				if m.admitted(pid) {
 					return 0
@@ -73,10 +116,12 @@ func (m *Mesh) startGossip() error {
 			DecayToZero:       0.01,
 		}, &pubsub.PeerScoreThresholds{
 			SkipAtomicValidation: true,
-			GossipThreshold:      -100,
-			PublishThreshold:     -500,
-			GraylistThreshold:    -1000,
+			GossipThreshold:      gossipThreshold,
+			PublishThreshold:     publishThreshold,
+			GraylistThreshold:    graylistThreshold,
 		}),
+		// Must follow WithPeerScore, which creates the scorer it inspects.
+		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInspectPeriod),
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),

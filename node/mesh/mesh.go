@@ -90,6 +90,11 @@ type Config struct {
 	// RetryMax caps the backoff of a pending parent fetch and of a
 	// bootstrap re-dial (default 60 s).
 	RetryMax time.Duration
+
+	// peerInfoDialHook, when set (by tests, through export_test.go), is
+	// called as each peer-info dial starts; the function it returns is
+	// called when that dial ends.
+	peerInfoDialHook func(peer.AddrInfo) (done func())
 }
 
 func (c *Config) defaults() {
@@ -147,8 +152,13 @@ type Mesh struct {
 	peers    map[peer.ID]*peerState
 	mismatch map[peer.ID]time.Time // peers of another group: not re-dialled until then
 	dialing  map[peer.ID]bool
+	// peerInfoDialing are peers a peer-info dial is running for;
+	// peerInfoSlots holds one token per such dial (see dialAdvertised).
+	peerInfoDialing map[peer.ID]bool
+	peerInfoSlots   chan struct{}
 
 	drops   *dropTracer
+	scores  peerScores
 	acceptQ chan *node.Checked
 	pending *pending
 	limit   *limiter
@@ -177,12 +187,14 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	id := n.Identity()
 	m := &Mesh{
 		cfg: cfg, n: n, id: id, group: group.Normalize(n.Group()),
-		log:      cfg.Logger.With("component", "mesh"),
-		peers:    map[peer.ID]*peerState{},
-		mismatch: map[peer.ID]time.Time{},
-		dialing:  map[peer.ID]bool{},
-		acceptQ:  make(chan *node.Checked, acceptQueue),
-		limit:    newLimiter(cfg.PublishRate, cfg.PublishBurst),
+		log:             cfg.Logger.With("component", "mesh"),
+		peers:           map[peer.ID]*peerState{},
+		mismatch:        map[peer.ID]time.Time{},
+		dialing:         map[peer.ID]bool{},
+		peerInfoDialing: map[peer.ID]bool{},
+		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
+		acceptQ:         make(chan *node.Checked, acceptQueue),
+		limit:           newLimiter(cfg.PublishRate, cfg.PublishBurst),
 	}
 	// The mesh outlives the caller's start-up context; Close ends it.
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -278,11 +290,13 @@ func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
 	return h, nil
 }
 
-func (m *Mesh) goRun(f func(ctx context.Context)) {
+// goRun runs f on a goroutine Close waits for, and reports whether it did:
+// once the mesh is closing, f is not run.
+func (m *Mesh) goRun(f func(ctx context.Context)) bool {
 	m.runMu.Lock()
 	if m.closed {
 		m.runMu.Unlock()
-		return
+		return false
 	}
 	m.wg.Add(1)
 	m.runMu.Unlock()
@@ -290,6 +304,7 @@ func (m *Mesh) goRun(f func(ctx context.Context)) {
 		defer m.wg.Done()
 		f(m.ctx)
 	}()
+	return true
 }
 
 // Close stops discovery, gossip, sessions and the host, and waits for every

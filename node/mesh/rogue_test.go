@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 
 	"cmbnode/cmb"
 	"cmbnode/group"
+	"cmbnode/node"
 	"cmbnode/node/identity"
 	"cmbnode/node/mesh"
 )
@@ -127,7 +131,8 @@ func (r *rogue) joinTopic(grp string) {
 	ps, err := pubsub.NewGossipSub(context.Background(), r.h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign), pubsub.WithNoAuthor(),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string { s := sha256.Sum256(m.GetData()); return string(s[:]) }),
-		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")))
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")),
+		pubsub.WithPeerOutboundQueueSize(1024)) // room for a burst of forgeries
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -304,4 +309,271 @@ func flip(s string) string {
 		b[10] = 'A'
 	}
 	return string(b)
+}
+
+// A handshaken member that keeps publishing records with bad signatures is
+// scored down by the victim's GossipSub: pruned from its mesh, then below
+// the graylist threshold so its RPCs are dropped unread — while an honest
+// member's records keep arriving throughout, and every rejection before the
+// graylist is still counted by reason.
+func TestRejectedGossipGraylistsSender(t *testing.T) {
+	victim := newMember(t, "alpha", "victim", nil, nil)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	r := newRogue(t)
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.serve()
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+	r.joinTopic("alpha")
+	rogueID := r.h.ID().String()
+	// Both members in the victim's mesh: pruning the rogue is then observable.
+	eventually(t, 20*time.Second, "victim grafts honest and rogue", func() bool { return victim.m.Stats().GossipMesh == 2 })
+	if s, ok := victim.m.GossipScore(rogueID); ok && s < 0 {
+		t.Fatalf("the rogue scores %v before it misbehaved", s)
+	}
+
+	halt := honestTraffic(t, honest)
+
+	const forgeries = 40
+	for i := range forgeries {
+		rec := r.build(fmt.Sprintf("forgery %d", i), "alpha", r.id.NodeID)
+		rec.Sig = flip(rec.Sig)
+		r.publish(frameOf(t, rec, r.id.PublicKeyB64()))
+	}
+	defer func() {
+		s, _ := victim.m.GossipScore(rogueID)
+		t.Logf("rogue score %v, victim rejections %v, stats %+v", s, victim.n.Counters.Rejected(), victim.m.Stats())
+	}()
+	eventually(t, 20*time.Second, "the rogue's score falls below the graylist threshold", func() bool {
+		s, ok := victim.m.GossipScore(rogueID)
+		return ok && s < -1000 && victim.m.Stats().GossipGraylisted == 1
+	})
+	eventually(t, 20*time.Second, "the rogue is pruned from the victim's mesh", func() bool { return victim.m.Stats().GossipMesh == 1 })
+	if s, ok := victim.m.GossipScore(honest.m.PeerID()); !ok || s < 0 {
+		t.Errorf("honest member scores %v (tracked %v), want >= 0", s, ok)
+	}
+	// Rejections are counted as before: every forgery validated before the
+	// graylist, at least the eleven it takes to get there.
+	if n := victim.n.Counters.Rejected()["bad-signature"]; n < 11 || n > forgeries {
+		t.Errorf("victim counted %d bad-signature rejections, want 11..%d", n, forgeries)
+	}
+	// An honest record published now arrives after whatever the rogue sent
+	// before it has been validated.
+	barrier := honest.remember("honest after the graylist", nil, "")
+	eventually(t, 10*time.Second, "victim stores the honest record published after the graylist", func() bool { return victim.has(barrier) })
+	rejected := victim.n.Counters.Rejected()["bad-signature"]
+
+	// Graylisted, the rogue's RPCs are dropped unread: neither more
+	// forgeries nor a valid record of its own reach the validator, while an
+	// honest record published after them arrives.
+	for i := range 10 {
+		rec := r.build(fmt.Sprintf("forgery after the graylist %d", i), "alpha", r.id.NodeID)
+		rec.Sig = flip(rec.Sig)
+		r.publish(frameOf(t, rec, r.id.PublicKeyB64()))
+	}
+	valid := r.build("valid but graylisted", "alpha", r.id.NodeID)
+	r.publish(frameOf(t, valid, r.id.PublicKeyB64()))
+	after := honest.remember("honest after the graylisted records", nil, "")
+	eventually(t, 10*time.Second, "victim stores the honest record published after the graylisted ones", func() bool { return victim.has(after) })
+	if victim.has(valid.Key) {
+		t.Error("victim stored a record from a graylisted peer")
+	}
+	if n := victim.n.Counters.Rejected()["bad-signature"]; n != rejected {
+		t.Errorf("victim validated %d forgeries from a graylisted peer", n-rejected)
+	}
+	victim.storesAll(t, halt())
+}
+
+// honestTraffic has mb remember a record every 50 ms until the returned
+// function is called; that function returns the keys remembered. It is
+// also a cleanup, registered after the members so it runs before they close.
+func honestTraffic(t *testing.T, mb *member) (halt func() []string) {
+	stop := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	var keys []string
+	halt = func() []string {
+		once.Do(func() { close(stop) })
+		wg.Wait()
+		return keys
+	}
+	t.Cleanup(func() { halt() })
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var f cmb.Fields
+			f[cmb.Focus].Text = fmt.Sprintf("honest during the attack %d", i)
+			res, err := mb.n.Remember(context.Background(), node.RememberInput{Fields: f})
+			if err != nil {
+				t.Errorf("honest remember %d: %v", i, err)
+				return
+			}
+			keys = append(keys, res.Key)
+		}
+	})
+	return halt
+}
+
+// storesAll waits until mb stores every key of the honest traffic.
+func (mb *member) storesAll(t *testing.T, keys []string) {
+	t.Helper()
+	if len(keys) == 0 {
+		t.Fatal("no honest records were published during the attack")
+	}
+	t.Logf("%d honest records published during the attack", len(keys))
+	eventually(t, 10*time.Second, fmt.Sprintf("victim stores all %d honest records published during the attack", len(keys)), func() bool {
+		for _, k := range keys {
+			if !mb.has(k) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A rogue member floods peer-info: 10,000 addresses on loopback ports
+// nobody listens on — one entry with 5,000 addresses of one peer, and 500
+// entries whose ten addresses each name a different peer — plus entries for
+// the victim itself and for a peer it is already connected to. The victim
+// acts on at most 64 entries a frame, one peer and 8 addresses an entry, 64
+// peers a session a minute, 16 dials at once; never dials a connected peer;
+// and honest traffic keeps flowing.
+func TestPeerInfoFloodDialsBounded(t *testing.T) {
+	var mu sync.Mutex
+	var inFlight, maxInFlight, maxAddrs int
+	dialled := map[peer.ID]int{}
+	hook := func(ai peer.AddrInfo) func() {
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		maxAddrs = max(maxAddrs, len(ai.Addrs))
+		dialled[ai.ID]++
+		return func() {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}
+	}
+	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	r := newRogue(t)
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.serve()
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+	halt := honestTraffic(t, honest)
+
+	ports := deadPorts(t, 16)
+	addr := func(i int, id peer.ID) string {
+		return fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", ports[i%len(ports)], id)
+	}
+	total := 0
+	one := randomPeerID(t)
+	big := cmb.PeerEntry{NodeID: "one-peer-many-addresses", Name: "big"}
+	for i := range 5000 {
+		big.Addrs = append(big.Addrs, addr(i, one))
+	}
+	total += len(big.Addrs)
+	r.send(&cmb.PeerInfo{Peers: []cmb.PeerEntry{
+		{NodeID: "victim-itself", Addrs: victim.m.Addrs()},
+		{NodeID: honest.nodeID(), Addrs: honest.m.Addrs()},
+		big,
+	}})
+	for f := range 5 {
+		var entries []cmb.PeerEntry
+		for e := range 100 {
+			entry := cmb.PeerEntry{NodeID: fmt.Sprintf("many-peers-%d-%d", f, e)}
+			for i := range 10 {
+				entry.Addrs = append(entry.Addrs, addr(i, randomPeerID(t)))
+			}
+			total += len(entry.Addrs)
+			entries = append(entries, entry)
+		}
+		r.send(&cmb.PeerInfo{Peers: entries})
+	}
+	t.Logf("the rogue advertised %d addresses", total)
+
+	// Each frame's first 64 entries name a new peer (the first frame one):
+	// every one is either dialled or dropped, none is skipped.
+	const candidates = 1 + 5*64
+	defer func() { t.Logf("victim stats %+v, max in flight %d", victim.m.Stats(), maxInFlight) }()
+	eventually(t, 30*time.Second, "victim has acted on every advertised peer it considers", func() bool {
+		s := victim.m.Stats()
+		return s.PeerInfoDials+s.PeerInfoDialsDropped >= candidates
+	})
+	eventually(t, 30*time.Second, "every peer-info dial has ended", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == 0
+	})
+	s := victim.m.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	dials := 0
+	for id, n := range dialled {
+		dials += n
+		if n > 1 {
+			t.Errorf("peer %s dialled %d times", id, n)
+		}
+	}
+	if int64(dials) != s.PeerInfoDials {
+		t.Errorf("the hook saw %d dials, stats count %d", dials, s.PeerInfoDials)
+	}
+	if s.PeerInfoDials+s.PeerInfoDialsDropped != candidates {
+		t.Errorf("%d dialled + %d dropped, want %d advertised peers acted on", s.PeerInfoDials, s.PeerInfoDialsDropped, candidates)
+	}
+	if dials > 64 {
+		t.Errorf("victim dialled %d advertised peers for one session, want at most 64 a minute", dials)
+	}
+	if maxInFlight > 16 {
+		t.Errorf("%d peer-info dials ran at once, want at most 16", maxInFlight)
+	}
+	if maxAddrs > 8 {
+		t.Errorf("a peer-info dial tried %d addresses, want at most 8", maxAddrs)
+	}
+	for _, id := range []string{victim.m.PeerID(), honest.m.PeerID()} {
+		pid, _ := peer.Decode(id)
+		if dialled[pid] > 0 {
+			t.Errorf("victim dialled %s, which is itself or already connected", id)
+		}
+	}
+	victim.storesAll(t, halt())
+}
+
+// deadPorts returns n loopback TCP ports nobody listens on: each was bound
+// and released, so a dial to it is refused at once and leaves no host.
+func deadPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	return ports
+}
+
+func randomPeerID(t *testing.T) peer.ID {
+	t.Helper()
+	_, pub, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -29,7 +29,7 @@ const (
 	writeTimeout   = 20 * time.Second // one frame must leave within this
 	requestTimeout = 30 * time.Second // a request's answer must arrive within this
 	serveParallel  = 8                // requests one session serves at once
-	maxPeerInfo    = 64               // peer-info entries acted upon
+	maxPeerInfo    = 64               // peer-info entries acted upon per frame
 )
 
 // PeerEvent is the data of peer-joined and peer-left events.
@@ -57,6 +57,11 @@ type session struct {
 	seq   atomic.Uint64
 	serve chan struct{}
 	done  chan struct{}
+
+	// Peer-info dials this session's frames started in the window opened
+	// at peerInfoSince; guarded by m.mu (see dialAdvertised).
+	peerInfoSince time.Time
+	peerInfoDials int
 }
 
 // runSession drives one stream from handshake to close.
@@ -276,7 +281,7 @@ func (ss *session) dispatch(ctx context.Context, in inFrame) error {
 		}
 		return nil
 	case *cmb.PeerInfo:
-		m.onPeerInfo(f)
+		ss.onPeerInfo(f)
 		return nil
 	case *cmb.CMBFrame:
 		return ss.serveAsync(ctx, func(ctx context.Context) { m.ingestFrame(ctx, f, ss, "direct") })
@@ -450,33 +455,45 @@ func (ss *session) sendPeerInfo() {
 	_ = ss.send(&cmb.PeerInfo{Peers: entries})
 }
 
-func (m *Mesh) onPeerInfo(f *cmb.PeerInfo) {
+// onPeerInfo dials the peers a peer-info frame advertises, within bounds a
+// lying peer cannot stretch: the first maxPeerInfo entries, one peer and
+// at most peerInfoAddrs addresses per entry, and the per-session and
+// mesh-wide dial bounds of dialAdvertised.
+func (ss *session) onPeerInfo(f *cmb.PeerInfo) {
+	m := ss.m
 	for i, e := range f.Peers {
 		if i >= maxPeerInfo {
 			break
 		}
-		if strings.EqualFold(e.NodeID, m.id.NodeID) || len(e.Addrs) == 0 {
+		if strings.EqualFold(e.NodeID, m.id.NodeID) {
 			continue
 		}
-		var addrs []ma.Multiaddr
-		for _, a := range e.Addrs {
-			if x, err := ma.NewMultiaddr(a); err == nil {
-				addrs = append(addrs, x)
-			}
+		if ai, ok := advertisedPeer(e); ok {
+			m.dialAdvertised(ss, ai)
 		}
-		infos, err := peer.AddrInfosFromP2pAddrs(addrs...)
+	}
+}
+
+// advertisedPeer reads an entry's first peerInfoAddrs addresses. An entry
+// describes one node, so the first /p2p/ id named is the peer and addresses
+// naming another id are dropped.
+func advertisedPeer(e cmb.PeerEntry) (peer.AddrInfo, bool) {
+	var ai peer.AddrInfo
+	for _, a := range e.Addrs[:min(len(e.Addrs), peerInfoAddrs)] {
+		x, err := ma.NewMultiaddr(a)
 		if err != nil {
 			continue
 		}
-		for _, ai := range infos {
-			if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected {
-				continue
-			}
-			m.goRun(func(ctx context.Context) {
-				if err := m.connect(ctx, ai); err != nil {
-					m.log.Debug("peer-info dial failed", "peer", ai.ID, "err", err)
-				}
-			})
+		transport, pid := peer.SplitAddr(x)
+		if transport == nil || pid == "" {
+			continue
+		}
+		if ai.ID == "" {
+			ai.ID = pid
+		}
+		if pid == ai.ID {
+			ai.Addrs = append(ai.Addrs, transport)
 		}
 	}
+	return ai, ai.ID != ""
 }

@@ -12,12 +12,14 @@ import (
 // dropTracer counts what GossipSub discards under load — queues full,
 // validation throttled, a subscriber too slow — so no drop is silent:
 // each shows in the metrics and a rising count is logged. Catch-up
-// recovers the records themselves.
+// recovers the records themselves. It also follows which peers are in our
+// GossipSub mesh for the group topic (the only topic this router joins).
 type dropTracer struct {
 	m      *Mesh
 	mu     sync.Mutex
 	drops  map[string]int64
 	logged time.Time
+	mesh   map[peer.ID]struct{}
 }
 
 func (d *dropTracer) drop(reason string) {
@@ -44,6 +46,35 @@ func (d *dropTracer) snapshot() map[string]int64 {
 	return out
 }
 
+// meshPeers is the number of peers currently grafted into our mesh.
+func (d *dropTracer) meshPeers() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mesh)
+}
+
+// Graft, Prune, Leave and OnClosedOutboundStream are every way GossipSub
+// adds a peer to or removes it from the mesh.
+func (d *dropTracer) Graft(p peer.ID, _ string) {
+	d.mu.Lock()
+	d.mesh[p] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *dropTracer) Prune(p peer.ID, _ string) {
+	d.mu.Lock()
+	delete(d.mesh, p)
+	d.mu.Unlock()
+}
+
+func (d *dropTracer) Leave(string) {
+	d.mu.Lock()
+	clear(d.mesh)
+	d.mu.Unlock()
+}
+
+func (d *dropTracer) OnClosedOutboundStream(p peer.ID) { d.Prune(p, "") }
+
 func (d *dropTracer) RejectMessage(_ *pubsub.Message, reason string) {
 	switch reason {
 	case pubsub.RejectValidationQueueFull, pubsub.RejectValidationThrottled:
@@ -53,11 +84,7 @@ func (d *dropTracer) RejectMessage(_ *pubsub.Message, reason string) {
 func (d *dropTracer) DropRPC(*pubsub.RPC, peer.ID)             { d.drop("outbound queue full") }
 func (d *dropTracer) UndeliverableMessage(*pubsub.Message)     { d.drop("subscriber too slow") }
 func (d *dropTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
-func (d *dropTracer) OnClosedOutboundStream(peer.ID)           {}
 func (d *dropTracer) Join(string)                              {}
-func (d *dropTracer) Leave(string)                             {}
-func (d *dropTracer) Graft(peer.ID, string)                    {}
-func (d *dropTracer) Prune(peer.ID, string)                    {}
 func (d *dropTracer) ValidateMessage(*pubsub.Message)          {}
 func (d *dropTracer) DeliverMessage(*pubsub.Message)           {}
 func (d *dropTracer) DuplicateMessage(*pubsub.Message)         {}

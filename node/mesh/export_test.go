@@ -1,0 +1,9 @@
+package mesh
+
+import "github.com/libp2p/go-libp2p/core/peer"
+
+// SetPeerInfoDialHook makes the mesh started from c call hook as each
+// peer-info dial starts, and the function hook returns when it ends.
+func SetPeerInfoDialHook(c *Config, hook func(peer.AddrInfo) (done func())) {
+	c.peerInfoDialHook = hook
+}
