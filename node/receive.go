@@ -53,6 +53,19 @@ type Checked struct {
 // rejection is counted under its own reason.
 var errKeyConflict = errors.New("key conflict")
 
+// errLocalState marks a rejection that rests on what this node holds (its
+// roster, its stored lineage) rather than on the record alone.
+var errLocalState = errors.New("judged against this node's state")
+
+// IsLocalVerdict reports a rejection that rests on this node's own state or
+// policy (pinned keys, the signer set, stored lineage, strict signatures)
+// rather than on the record alone: a peer holding other state may have
+// relayed it in good faith, so it is no evidence against the sender.
+func IsLocalVerdict(err error) bool {
+	return errors.Is(err, errKeyConflict) || errors.Is(err, store.ErrKeyConflict) ||
+		errors.Is(err, errLocalState) || errors.Is(err, cmb.ErrUnsigned)
+}
+
 // ErrNotForUs marks a valid record directed to another member: relay it,
 // never store or surface it.
 var ErrNotForUs = errors.New("directed to another node")
@@ -87,7 +100,7 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	unsigned := rec.IsUnsigned()
 	switch {
 	case a.pub == nil && !unsigned:
-		return nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + truncate(rec.CreatedBy, 64)}
+		return nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + truncate(rec.CreatedBy, 64), Err: errLocalState}
 	case unsigned && a.pub == nil && n.st.HasSigned(rec.CreatedBy):
 		return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "record is unsigned but author " + truncate(rec.CreatedBy, 64) + " has signed before", Err: cmb.ErrDowngrade}
 	}
@@ -132,7 +145,7 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if !c.Duplicate {
 		rep, err := lineage.Validate(ctx, n.st, rec.Key, rec.Parents(), rec.Ancestors())
 		if errors.Is(err, lineage.ErrLineage) {
-			return nil, &cmb.Error{Reason: cmb.ReasonBadLineage, Detail: strings.Join(rep.Problems, "; ")}
+			return nil, &cmb.Error{Reason: cmb.ReasonBadLineage, Detail: strings.Join(rep.Problems, "; "), Err: errLocalState}
 		}
 		if err != nil {
 			return nil, err

@@ -188,6 +188,11 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 	case err != nil:
 		if isRejection(err) {
 			m.log.Debug("gossip record rejected", "peer", from, "err", err)
+			if node.IsLocalVerdict(err) {
+				// Not forwarded, but no penalty: an honest relay whose
+				// roster or lineage differs from ours may have sent it.
+				return pubsub.ValidationIgnore
+			}
 			return pubsub.ValidationReject
 		}
 		m.log.Warn("gossip record not checked", "peer", from, "err", err)

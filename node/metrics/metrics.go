@@ -55,6 +55,8 @@ func WriteNode(w *Writer, n *node.Node) {
 	w.Counter("cmbnode_cmbs_duplicates_total", "Received records already held.", s.Duplicates)
 	w.Counter("cmbnode_cmbs_relayed_total", "Valid records directed to another member: relayed, never stored.", s.Relayed)
 	w.Counter("cmbnode_key_conflicts_total", "Authors or peers presenting a key other than the pinned one.", s.KeyConflicts)
+	w.Counter("cmbnode_keys_replaced_total", "Author keys known only from gossip that a handshake replaced.", s.KeysReplaced)
+	w.Counter("cmbnode_cmbs_quarantined_total", "Records quarantined because the author key they were admitted under was replaced.", s.Quarantined)
 	w.Counter("cmbnode_cmbs_fetched_total", "Records obtained by fetching a missing parent.", s.Fetched)
 	w.Counter("cmbnode_cmbs_caught_up_total", "Records obtained by catch-up.", s.CaughtUp)
 	w.Header("cmbnode_cmbs_rejected_total", "Rejected records and handshakes, by reason.", "counter")
