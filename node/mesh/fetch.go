@@ -32,10 +32,11 @@ const (
 // served returns the record held under exactly key in the form the peer may
 // see: nothing of another group, and a directed record only for its
 // recipient, sealed for it, when this node is its author (only author and
-// recipient hold it, and it is kept here in clear).
+// recipient hold it, and it is kept here in clear). A quarantined record is
+// not served: it is not surfaced anywhere.
 func (m *Mesh) served(ctx context.Context, key, requester string) (fetchedRecord, bool) {
 	r, err := m.n.Store().Get(ctx, key)
-	if err != nil || r.Group != m.group {
+	if err != nil || r.Group != m.group || r.Meta.Quarantined {
 		return fetchedRecord{}, false
 	}
 	raw := r.Raw

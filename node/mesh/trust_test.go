@@ -149,6 +149,15 @@ func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	if victim.has(late.Key) {
 		t.Fatal("the rogue's claim was stored after the handshake")
 	}
+	// A member joining later catches up from the victim without the
+	// quarantined records: they are not served either.
+	newcomer := newMember(t, "alpha", "newcomer", []*member{victim}, nil)
+	eventually(t, 20*time.Second, "the newcomer catches up", func() bool { return newcomer.has(k) })
+	for _, f := range forged {
+		if newcomer.has(f) {
+			t.Errorf("quarantined record %s was served to a newcomer", f)
+		}
+	}
 }
 
 // Point 3 of the trust review: an unsigned legacy record claiming an author
