@@ -38,11 +38,11 @@ func (e *CheckError) Error() string {
 func (e *CheckError) Is(target error) bool { return target == ErrCorrupted }
 
 type recSummary struct {
-	createdAt int64
-	group     string
-	author    string
-	parents   map[string]struct{}
-	refs      map[string]struct{}
+	at      int64 // Store.orderAt
+	group   string
+	author  string
+	parents map[string]struct{}
+	refs    map[string]struct{}
 }
 
 // Check proves that every index agrees with the records: each record has
@@ -95,10 +95,11 @@ func (s *Store) Check(ctx context.Context) error {
 			if err := rec.Validate(); err != nil {
 				add("record %s is invalid: %v", key, err)
 			}
-			sum := &recSummary{createdAt: rec.CreatedAt, group: rec.Group, author: rec.CreatedBy,
+			at := s.orderAt(&rec)
+			sum := &recSummary{at: at, group: rec.Group, author: rec.CreatedBy,
 				parents: set(rec.Parents), refs: set(refTargets(&rec.Entry))}
 			recs[key] = sum
-			rebuilt.addLocked(key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+			rebuilt.addLocked(key, at, rec.Group, analyze(rec.Texts))
 			for _, k := range indexKeys(&rec.Entry) {
 				if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
 					add("record %s lacks %s", key, describeKey(k))
@@ -239,7 +240,7 @@ func diffMaps(got, want map[string]string, what string, add func(string, ...any)
 func checkOrder(o *orderIndex, recs map[string]*recSummary, add func(string, ...any)) {
 	want := newOrderIndex()
 	for k, r := range recs {
-		want.add(k, r.createdAt, r.group, r.author)
+		want.add(k, r.at, r.group, r.author)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -18,13 +18,15 @@ type PurgeResult struct {
 	Protected int // expired but kept: marked Kept or referenced by a surviving record's lineage
 }
 
-// Purge deletes records older than olderThan (by createdAt, against the
-// store's clock). See PurgeBefore.
+// Purge deletes records older than olderThan (by their time in the orders,
+// against the store's clock). See PurgeBefore.
 func (s *Store) Purge(ctx context.Context, olderThan time.Duration) (PurgeResult, error) {
 	return s.PurgeBefore(ctx, s.opts.Now().Add(-olderThan).UnixMilli())
 }
 
-// PurgeBefore deletes records created before cutoffMs, except those marked
+// PurgeBefore deletes records whose time in the orders (KeyTime.CreatedAt:
+// createdAt, or the arrival of a record dated more than MaxClockSkew after
+// it) is before cutoffMs, except those marked
 // Kept and those named in the parents or ancestors of any record that
 // survives (spec §6.3 graph integrity). Protection is recomputed on every
 // call, so an ancestor becomes purgeable once its last descendant is gone.
@@ -208,8 +210,9 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		}
 		*deleted = true
 		t.count(-1)
+		at := s.orderAt(&rec)
 		return func() {
-			s.order.remove(key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+			s.order.remove(key, at, rec.Group, rec.CreatedBy)
 			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 		}, nil
 	})

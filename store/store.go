@@ -75,6 +75,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock used for StoredAt defaults and age-based purge.
 	Now func() time.Time
+	// MaxClockSkew is how far a record's createdAt may lie after its
+	// arrival (Meta.StoredAt) and still be its time in the time orders,
+	// in Search and for retention (default 5 minutes). A record dated
+	// further ahead takes its arrival time there instead; its createdAt
+	// and bytes are kept and returned as signed.
+	MaxClockSkew time.Duration
 	// MaxBatch caps how many pending writes share one commit (default 1024).
 	MaxBatch int
 	// BlockCacheBytes sizes badger's block cache (default 32 MiB).
@@ -84,6 +90,27 @@ type Options struct {
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
 	// purged records' space is given back (default 64 MiB).
 	ValueLogFileBytes int64
+}
+
+// DefaultMaxClockSkew is Options.MaxClockSkew when unset.
+const DefaultMaxClockSkew = 5 * time.Minute
+
+// orderAt is a record's time in the time, group and author orders, in the
+// text index (Search's AsOf and recency) and for retention: its createdAt,
+// unless that lies more than MaxClockSkew after its arrival, in which case
+// its arrival. Ordered by createdAt alone, a record from an author whose
+// clock runs ahead would be hidden from recall until that clock's time
+// came and would outlive retention by as much. It depends only on what the
+// record stores, so every Open and Check computes the same time.
+func (s *Store) orderAt(r *Record) int64 {
+	if r.Meta.StoredAt.IsZero() {
+		return r.CreatedAt
+	}
+	arrived := r.Meta.StoredAt.UnixMilli()
+	if r.CreatedAt-arrived > s.opts.MaxClockSkew.Milliseconds() {
+		return arrived
+	}
+	return r.CreatedAt
 }
 
 // Errors returned by Open and the accessors. Open's errors wrap one of the
@@ -172,6 +199,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.MaxClockSkew <= 0 {
+		opts.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
@@ -493,8 +523,9 @@ func (s *Store) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
 		}
-		s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-		s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
+		at := s.orderAt(&rec)
+		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
+		s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
 		s.loadedKeys[rec.Key] = struct{}{}
 		n++
 		return nil

@@ -816,6 +816,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			m.Source = "local"
 		}
 		rec := Record{Entry: e, Meta: m}
+		at := s.orderAt(&rec)
 		// Encoding happens here, on the caller's goroutine, so the single
 		// writer only copies bytes into the transaction; tokenising happens
 		// on the indexer.
@@ -853,8 +854,8 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			r.Record = rec
 			t.count(1)
 			return func() {
-				s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-				s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
+				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
+				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
 			}, nil
 		}))
 		idx = append(idx, i)
