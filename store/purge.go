@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -218,13 +220,46 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 	})
 }
 
+// compactStep names a point in compactSegments that Options.compactStep
+// sees.
+type compactStep int
+
+const (
+	// compactListed: the live records of the sealed segments are listed;
+	// nothing has moved.
+	compactListed compactStep = iota + 1
+	// compactMoved: one chunk of a segment's live records is acknowledged
+	// in the current segment.
+	compactMoved
+	// compactApplied: badger points at the moved copies of all of them.
+	compactApplied
+	// compactRemoved: the segment is removed.
+	compactRemoved
+)
+
+func (s *Store) compacted(step compactStep, seg uint32) error {
+	if s.opts.compactStep == nil {
+		return nil
+	}
+	return s.opts.compactStep(step, seg)
+}
+
 // compactSegments gives back the space of deleted records in the log.
 // Every sealed segment (one before the replay mark) whose live records
 // fill less than half of it has them written again, through the writer
-// like any put, into the current segment, and is removed once they are
-// acknowledged there. A record changed or deleted meanwhile is left to
-// that change. A reader that looked a record up just before its move
-// finds the segment gone and looks again (Store.get).
+// like any put, into the current segment, and is removed only once badger
+// points at the copies. A record changed or deleted meanwhile is left to
+// that change.
+//
+// No crash between these steps loses a record: until the removal the old
+// copy is still there, and the new copies' frames lie after the replay
+// mark, so Open applies them again should badger have lost their pointers.
+// Waiting for badger to hold the pointers before the removal is what keeps
+// readers right: a reader that looked a record up just before its move
+// finds the segment gone and looks again (Store.get), and that second look
+// must find the new pointer, not the old one in a batch still to be
+// applied. Check, which reads every record, holds the applies off while it
+// runs, so no segment goes from under it.
 func (s *Store) compactSegments(ctx context.Context) error {
 	// The purge's deletes are acknowledged; what is live is what badger
 	// holds once it has them.
@@ -268,8 +303,11 @@ func (s *Store) compactSegments(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("compacting log: %w", err)
 	}
-	for seg, size := range sizes {
-		if seg >= marked || 2*live[seg] >= size-segDataStart {
+	if err := s.compacted(compactListed, 0); err != nil {
+		return fmt.Errorf("compacting log: %w", err)
+	}
+	for _, seg := range slices.Sorted(maps.Keys(sizes)) {
+		if size := sizes[seg]; seg >= marked || 2*live[seg] >= size-segDataStart {
 			continue
 		}
 		const chunk = 128
@@ -313,8 +351,20 @@ func (s *Store) compactSegments(ctx context.Context) error {
 					return fmt.Errorf("compacting log: moving %s: %w", part[i].key, e)
 				}
 			}
+			if err := s.compacted(compactMoved, seg); err != nil {
+				return fmt.Errorf("compacting log: %w", err)
+			}
+		}
+		if err := s.waitApplied(ctx); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
+		}
+		if err := s.compacted(compactApplied, seg); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
 		}
 		if err := s.log.remove(seg); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
+		}
+		if err := s.compacted(compactRemoved, seg); err != nil {
 			return fmt.Errorf("compacting log: %w", err)
 		}
 	}

@@ -90,6 +90,11 @@ type Options struct {
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
 	// purged records' space is given back (default 64 MiB).
 	ValueLogFileBytes int64
+
+	// compactStep, if set, is called after each step of log compaction
+	// (compactSegments) with the step and the segment; an error stops the
+	// compaction there. Tests crash the store at each step with it.
+	compactStep func(step compactStep, seg uint32) error
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when unset.
