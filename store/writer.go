@@ -667,11 +667,7 @@ func (s *Store) readPointer(v []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 	}
-	rec, err := s.log.read(p)
-	if err != nil && !errors.Is(err, errSegmentGone) {
-		err = fmt.Errorf("%w: %v", ErrCorrupted, err)
-	}
-	return rec, err
+	return s.log.read(p)
 }
 
 // recordBytes returns a record value as badger holds it, following a
