@@ -68,7 +68,7 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 		dir := t.TempDir()
 		copyDir(t, template, dir)
 		var s *Store
-		opts := Options{Now: func() time.Time { return now }, compactStep: func(step compactStep, seg uint32) error {
+		opts := Options{Now: func() time.Time { return now }, onCompactStep: func(step compactStep, seg uint32) error {
 			return hook(s, step, seg)
 		}}
 		s, err := Open(dir, opts)

@@ -220,7 +220,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 	})
 }
 
-// compactStep names a point in compactSegments that Options.compactStep
+// compactStep names a point in compactSegments that Options.onCompactStep
 // sees.
 type compactStep int
 
@@ -238,10 +238,10 @@ const (
 )
 
 func (s *Store) compacted(step compactStep, seg uint32) error {
-	if s.opts.compactStep == nil {
+	if s.opts.onCompactStep == nil {
 		return nil
 	}
-	return s.opts.compactStep(step, seg)
+	return s.opts.onCompactStep(step, seg)
 }
 
 // compactSegments gives back the space of deleted records in the log.

@@ -77,10 +77,10 @@ type Options struct {
 	// Now is the clock used for StoredAt defaults and age-based purge.
 	Now func() time.Time
 	// MaxClockSkew is how far a record's createdAt may lie after its
-	// arrival (Meta.StoredAt) and still be its time in the time orders,
-	// in Search and for retention (default 5 minutes). A record dated
-	// further ahead takes its arrival time there instead; its createdAt
-	// and bytes are kept and returned as signed.
+	// arrival (Meta.StoredAt) and still be its time in the time orders, in
+	// Search and for retention (zero or less: DefaultMaxClockSkew). A
+	// record dated further ahead takes its arrival time there instead; its
+	// createdAt and bytes are kept and returned as signed.
 	MaxClockSkew time.Duration
 	// MaxBatch caps how many pending writes share one commit (default 1024).
 	MaxBatch int
@@ -92,10 +92,10 @@ type Options struct {
 	// purged records' space is given back (default 64 MiB).
 	ValueLogFileBytes int64
 
-	// compactStep, if set, is called after each step of log compaction
+	// onCompactStep, if set, is called after each step of log compaction
 	// (compactSegments) with the step and the segment; an error stops the
 	// compaction there. Tests crash the store at each step with it.
-	compactStep func(step compactStep, seg uint32) error
+	onCompactStep func(step compactStep, seg uint32) error
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when unset.
