@@ -38,9 +38,9 @@ func (e *CheckError) Error() string {
 func (e *CheckError) Is(target error) bool { return target == ErrCorrupted }
 
 type recSummary struct {
-	createdAt int64
-	group     string
-	author    string
+	at     int64 // Store.orderAt
+	group  string
+	author string
 	// quarantined records are in no order and not in the text index.
 	quarantined bool
 	parents     map[string]struct{}
@@ -97,11 +97,12 @@ func (s *Store) Check(ctx context.Context) error {
 			if err := rec.Validate(); err != nil {
 				add("record %s is invalid: %v", key, err)
 			}
-			sum := &recSummary{createdAt: rec.CreatedAt, group: rec.Group, author: rec.CreatedBy,
+			at := s.orderAt(&rec)
+			sum := &recSummary{at: at, group: rec.Group, author: rec.CreatedBy,
 				quarantined: rec.Meta.Quarantined, parents: set(rec.Parents), refs: set(refTargets(&rec.Entry))}
 			recs[key] = sum
 			if !sum.quarantined {
-				rebuilt.addLocked(key, rec.CreatedAt, rec.Group, analyze(rec.Texts))
+				rebuilt.addLocked(key, at, rec.Group, analyze(rec.Texts))
 			}
 			for _, k := range indexKeys(&rec.Entry) {
 				if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
@@ -244,7 +245,7 @@ func checkOrder(o *orderIndex, recs map[string]*recSummary, add func(string, ...
 	want := newOrderIndex()
 	for k, r := range recs {
 		if !r.quarantined {
-			want.add(k, r.createdAt, r.group, r.author)
+			want.add(k, r.at, r.group, r.author)
 		}
 	}
 	o.mu.Lock()

@@ -10,8 +10,9 @@ import (
 	"github.com/google/btree"
 )
 
-// orderIndex orders records by (createdAt, key): all of them, per group and
-// per author. It lives in memory and is rebuilt from the records at Open,
+// orderIndex orders records by (time, key), the time being Store.orderAt
+// (createdAt, or the arrival of a record dated far ahead): all of them, per
+// group and per author. It lives in memory and is rebuilt from the records at Open,
 // like the text index, and for the same reason: kept in badger these were
 // three more keys per record, and writing them was about a quarter of a
 // put's CPU (89 vs 67 µs per 1 KB put with 8 writers). In memory an entry
@@ -96,8 +97,8 @@ func (o *orderIndex) snapshot(w Window) *btree.BTreeG[KeyTime] {
 	return t.Clone()
 }
 
-// Scan calls fn for each record key in the window, ordered by (createdAt,
-// key), ascending unless Reverse. fn returning an error stops the scan. It
+// Scan calls fn for each record key in the window, ordered by (time, key)
+// (see KeyTime), ascending unless Reverse. fn returning an error stops the scan. It
 // sees every write acknowledged before it started, and none that commit
 // while it runs.
 func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) error {
@@ -130,7 +131,7 @@ func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) erro
 		n++
 		return w.Limit <= 0 || n < w.Limit
 	}
-	// Bounds are (createdAt, "") pairs, below every stored key of that
+	// Bounds are (time, "") pairs, below every stored key of that
 	// instant: From is inclusive, To exclusive.
 	lo, hi := KeyTime{CreatedAt: w.From}, KeyTime{CreatedAt: to}
 	switch {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -18,13 +20,15 @@ type PurgeResult struct {
 	Protected int // expired but kept: marked Kept or referenced by a surviving record's lineage
 }
 
-// Purge deletes records older than olderThan (by createdAt, against the
-// store's clock). See PurgeBefore.
+// Purge deletes records older than olderThan (by their time in the orders,
+// against the store's clock). See PurgeBefore.
 func (s *Store) Purge(ctx context.Context, olderThan time.Duration) (PurgeResult, error) {
 	return s.PurgeBefore(ctx, s.opts.Now().Add(-olderThan).UnixMilli())
 }
 
-// PurgeBefore deletes records created before cutoffMs, except those marked
+// PurgeBefore deletes records whose time in the orders (KeyTime.CreatedAt:
+// createdAt, or the arrival of a record dated more than MaxClockSkew after
+// it) is before cutoffMs, except those marked
 // Kept and those named in the parents or ancestors of any record that
 // survives (spec §6.3 graph integrity). Protection is recomputed on every
 // call, so an ancestor becomes purgeable once its last descendant is gone.
@@ -208,20 +212,54 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		}
 		*deleted = true
 		t.count(-1)
+		at := s.orderAt(&rec)
 		return func() {
-			s.order.remove(key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+			s.order.remove(key, at, rec.Group, rec.CreatedBy)
 			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 		}, nil
 	})
 }
 
+// compactStep names a point in compactSegments that Options.onCompactStep
+// sees.
+type compactStep int
+
+const (
+	// compactListed: the live records of the sealed segments are listed;
+	// nothing has moved.
+	compactListed compactStep = iota + 1
+	// compactMoved: one chunk of a segment's live records is acknowledged
+	// in the current segment.
+	compactMoved
+	// compactApplied: badger points at the moved copies of all of them.
+	compactApplied
+	// compactRemoved: the segment is removed.
+	compactRemoved
+)
+
+func (s *Store) compacted(step compactStep, seg uint32) error {
+	if s.opts.onCompactStep == nil {
+		return nil
+	}
+	return s.opts.onCompactStep(step, seg)
+}
+
 // compactSegments gives back the space of deleted records in the log.
 // Every sealed segment (one before the replay mark) whose live records
 // fill less than half of it has them written again, through the writer
-// like any put, into the current segment, and is removed once they are
-// acknowledged there. A record changed or deleted meanwhile is left to
-// that change. A reader that looked a record up just before its move
-// finds the segment gone and looks again (Store.get).
+// like any put, into the current segment, and is removed only once badger
+// points at the copies. A record changed or deleted meanwhile is left to
+// that change.
+//
+// No crash between these steps loses a record: until the removal the old
+// copy is still there, and the new copies' frames lie after the replay
+// mark, so Open applies them again should badger have lost their pointers.
+// Waiting for badger to hold the pointers before the removal is what keeps
+// readers right: a reader that looked a record up just before its move
+// finds the segment gone and looks again (Store.get), and that second look
+// must find the new pointer, not the old one in a batch still to be
+// applied. Check, which reads every record, holds the applies off while it
+// runs, so no segment goes from under it.
 func (s *Store) compactSegments(ctx context.Context) error {
 	// The purge's deletes are acknowledged; what is live is what badger
 	// holds once it has them.
@@ -265,8 +303,11 @@ func (s *Store) compactSegments(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("compacting log: %w", err)
 	}
-	for seg, size := range sizes {
-		if seg >= marked || 2*live[seg] >= size-segDataStart {
+	if err := s.compacted(compactListed, 0); err != nil {
+		return fmt.Errorf("compacting log: %w", err)
+	}
+	for _, seg := range slices.Sorted(maps.Keys(sizes)) {
+		if size := sizes[seg]; seg >= marked || 2*live[seg] >= size-segDataStart {
 			continue
 		}
 		const chunk = 128
@@ -310,8 +351,20 @@ func (s *Store) compactSegments(ctx context.Context) error {
 					return fmt.Errorf("compacting log: moving %s: %w", part[i].key, e)
 				}
 			}
+			if err := s.compacted(compactMoved, seg); err != nil {
+				return fmt.Errorf("compacting log: %w", err)
+			}
+		}
+		if err := s.waitApplied(ctx); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
+		}
+		if err := s.compacted(compactApplied, seg); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
 		}
 		if err := s.log.remove(seg); err != nil {
+			return fmt.Errorf("compacting log: %w", err)
+		}
+		if err := s.compacted(compactRemoved, seg); err != nil {
 			return fmt.Errorf("compacting log: %w", err)
 		}
 	}

@@ -86,8 +86,8 @@ func (s *Store) Has(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
-// Window selects records by creation time, optionally within one group or by
-// one author (not both).
+// Window selects records by their time (see KeyTime), optionally within one
+// group or by one author (not both).
 type Window struct {
 	Group  string // "" = any group
 	Author string // "" = any author; uses the author index
@@ -102,12 +102,15 @@ type Window struct {
 
 // KeyTime is one index entry.
 type KeyTime struct {
-	Key       string
+	Key string
+	// CreatedAt is the record's time in the orders, Unix ms: its createdAt,
+	// or its arrival (Meta.StoredAt) if createdAt lies more than
+	// Options.MaxClockSkew after that. Get returns the createdAt as signed.
 	CreatedAt int64
 }
 
-// KeysSince lists the keys of a group created at or after sinceMs, oldest
-// first: what a peer asks for on (re)connect.
+// KeysSince lists the keys of a group whose time is at or after sinceMs,
+// oldest first: what a peer asks for on (re)connect.
 func (s *Store) KeysSince(ctx context.Context, group string, sinceMs int64, limit int) ([]KeyTime, error) {
 	var out []KeyTime
 	err := s.Scan(ctx, Window{Group: group, From: sinceMs, Limit: limit}, func(kt KeyTime) error {
@@ -132,7 +135,7 @@ func (s *Store) Recent(ctx context.Context, group string, limit int) ([]KeyTime,
 type Bucket struct {
 	Start  int64 // ms, inclusive
 	Count  int
-	Digest [32]byte // SHA-256 over LP(key) of each key in (createdAt, key) order
+	Digest [32]byte // SHA-256 over LP(key) of each key in (time, key) order
 }
 
 // Buckets summarises a group's records in [from, to) in buckets of widthMs.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -151,17 +152,21 @@ func createSegment(dir string, n uint32) (*os.File, uint64, error) {
 	return f, nonce, nil
 }
 
-// readSegmentHeader returns the nonce of segment n, whose file is f.
+// readSegmentHeader returns the nonce of segment n, whose file is f. A
+// header that is short or wrong is reported as ErrCorrupted; a read that
+// fails is reported as it failed.
 func readSegmentHeader(f *os.File, n uint32) (uint64, error) {
 	var hdr [24]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+	if _, err := f.ReadAt(hdr[:], 0); errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("%w: log segment %d is shorter than its header", ErrCorrupted, n)
+	} else if err != nil {
 		return 0, fmt.Errorf("reading log segment %d header: %w", n, err)
 	}
 	if string(hdr[:8]) != segMagic || crc32.Checksum(hdr[:20], walCRC) != binary.LittleEndian.Uint32(hdr[20:]) {
-		return 0, fmt.Errorf("log segment %d has no valid header", n)
+		return 0, fmt.Errorf("%w: log segment %d has no valid header", ErrCorrupted, n)
 	}
 	if got := binary.LittleEndian.Uint32(hdr[8:]); got != n {
-		return 0, fmt.Errorf("log segment %d says it is segment %d", n, got)
+		return 0, fmt.Errorf("%w: log segment %d says it is segment %d", ErrCorrupted, n, got)
 	}
 	return binary.LittleEndian.Uint64(hdr[12:]), nil
 }
@@ -488,7 +493,9 @@ func decodePtr(v []byte) (segPtr, error) {
 	return segPtr{seg: uint32(seg), off: int64(off), n: uint32(n), crc: binary.LittleEndian.Uint32(r.b)}, nil
 }
 
-// read returns the bytes p points to, checked against their CRC.
+// read returns the bytes p points to, checked against their CRC. Bytes
+// that fail it, or lie past the segment's end, are ErrCorrupted; a read
+// that fails is reported as it failed.
 func (l *segLog) read(p segPtr) ([]byte, error) {
 	buf := make([]byte, p.n)
 	l.mu.RLock()
@@ -499,11 +506,14 @@ func (l *segLog) read(p segPtr) ([]byte, error) {
 	}
 	_, err := f.ReadAt(buf, p.off)
 	l.mu.RUnlock()
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: record in log segment %d at %d runs past the segment's end", ErrCorrupted, p.seg, p.off)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading log segment %d at %d: %w", p.seg, p.off, err)
 	}
 	if crc32.Checksum(buf, walCRC) != p.crc {
-		return nil, fmt.Errorf("record in log segment %d at %d fails its checksum", p.seg, p.off)
+		return nil, fmt.Errorf("%w: record in log segment %d at %d fails its checksum", ErrCorrupted, p.seg, p.off)
 	}
 	return buf, nil
 }

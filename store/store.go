@@ -23,6 +23,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/y"
 )
 
 // NumFields is the number of CAT7 fields a record carries.
@@ -77,6 +78,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock used for StoredAt defaults and age-based purge.
 	Now func() time.Time
+	// MaxClockSkew is how far a record's createdAt may lie after its
+	// arrival (Meta.StoredAt) and still be its time in the time orders, in
+	// Search and for retention (zero or less: DefaultMaxClockSkew). A
+	// record dated further ahead takes its arrival time there instead; its
+	// createdAt and bytes are kept and returned as signed.
+	MaxClockSkew time.Duration
 	// MaxBatch caps how many pending writes share one commit (default 1024).
 	MaxBatch int
 	// BlockCacheBytes sizes badger's block cache (default 32 MiB).
@@ -86,6 +93,32 @@ type Options struct {
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
 	// purged records' space is given back (default 64 MiB).
 	ValueLogFileBytes int64
+
+	// onCompactStep, if set, is called after each step of log compaction
+	// (compactSegments) with the step and the segment; an error stops the
+	// compaction there. Tests crash the store at each step with it.
+	onCompactStep func(step compactStep, seg uint32) error
+}
+
+// DefaultMaxClockSkew is Options.MaxClockSkew when unset.
+const DefaultMaxClockSkew = 5 * time.Minute
+
+// orderAt is a record's time in the time, group and author orders, in the
+// text index (Search's AsOf and recency) and for retention: its createdAt,
+// unless that lies more than MaxClockSkew after its arrival, in which case
+// its arrival. Ordered by createdAt alone, a record from an author whose
+// clock runs ahead would be hidden from recall until that clock's time
+// came and would outlive retention by as much. It depends only on what the
+// record stores, so every Open and Check computes the same time.
+func (s *Store) orderAt(r *Record) int64 {
+	if r.Meta.StoredAt.IsZero() {
+		return r.CreatedAt
+	}
+	arrived := r.Meta.StoredAt.UnixMilli()
+	if r.CreatedAt-arrived > s.opts.MaxClockSkew.Milliseconds() {
+		return arrived
+	}
+	return r.CreatedAt
 }
 
 // Errors returned by Open and the accessors. Open's errors wrap one of the
@@ -175,6 +208,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.MaxClockSkew <= 0 {
+		opts.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
@@ -273,6 +309,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// classifyOpenErr says why Open failed in terms a user can act on. Only
+// damage found in the data (errors wrapping ErrCorrupted, and badger's
+// own reports of damaged files, badgerDamage) gets the advice to restore
+// from a peer or move the directory aside; any other failure (a file
+// where the directory should be, too many open files, an I/O error) is
+// reported as what it is, its cause kept for errors.Is, since moving the
+// data away would not help and could lose it.
 func classifyOpenErr(dir, home string, err error) error {
 	msg := err.Error()
 	switch {
@@ -284,10 +327,43 @@ func classifyOpenErr(dir, home string, err error) error {
 		return fmt.Errorf("%w: %s (home %s): check the directory's owner and mode: %v", ErrPermission, dir, home, err)
 	case errors.Is(err, ErrCorrupted):
 		return fmt.Errorf("opening %s (home %s): %w; restore from a peer or move the directory aside", dir, home, err)
-	default:
-		return fmt.Errorf("%w: opening %s (home %s) failed; restore from a peer or move the directory aside: %v",
+	case badgerDamage(err):
+		return fmt.Errorf("%w: opening %s (home %s): %w; restore from a peer or move the directory aside",
 			ErrCorrupted, dir, home, err)
+	default:
+		return fmt.Errorf("opening store %s (home %s): %w", dir, home, err)
 	}
+}
+
+// badgerDamage reports whether err is badger (v4) saying that a file of
+// its own is damaged or missing. Badger exports sentinels for few of these
+// and, outside its debug mode, wraps errors into text (y.Wrap), so they
+// // are known by their messages too; TestOpenCorruptionFound damages the
+// files in the ways that provoke the commonest of them.
+func badgerDamage(err error) bool {
+	msg := err.Error()
+	// This store runs badger without encryption, so a key registry or a
+	// value log whose bytes read as keys that do not match is damaged.
+	for _, e := range [...]error{y.ErrChecksumMismatch, badger.ErrTruncateNeeded,
+		badger.ErrEncryptionKeyMismatch, badger.ErrInvalidDataKeyID} {
+		if errors.Is(err, e) || strings.Contains(msg, e.Error()) {
+			return true
+		}
+	}
+	for _, m := range [...]string{
+		"manifest has bad magic",         // MANIFEST overwritten, or shorter than its header
+		"manifest has checksum mismatch", // a MANIFEST entry changed
+		"Manifest file might be corrupted",
+		"MANIFEST invalid",
+		"MANIFEST removes non-existing table",
+		"MANIFEST file has invalid manifestChange op",
+		"file does not exist for table", // a table the MANIFEST lists is gone
+	} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // recover applies again the frames logged since the replay mark (writes
@@ -352,8 +428,8 @@ func (s *Store) replaySegments(l *segLog) error {
 		}
 		nonce, herr := readSegmentHeader(f, n)
 		if herr != nil {
-			if !newest || fi.Size() > segDataStart {
-				return fmt.Errorf("%w: %v", ErrCorrupted, herr)
+			if !errors.Is(herr, ErrCorrupted) || !newest || fi.Size() > segDataStart {
+				return herr
 			}
 			// A segment is started only once badger holds everything
 			// before it, and written to only once its header is durable:
@@ -508,8 +584,9 @@ func (s *Store) load(ctx context.Context) error {
 			s.trust.quarantined[rec.Key] = struct{}{}
 			return nil
 		}
-		s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-		s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
+		at := s.orderAt(&rec)
+		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
+		s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
 		return nil
 	}
 	type located struct {
@@ -554,8 +631,13 @@ func (s *Store) load(ctx context.Context) error {
 			return err
 		}
 		v, err := s.log.read(r.p)
+		if errors.Is(err, errSegmentGone) {
+			// Nothing removes segments during Open: badger points into one
+			// that is not there.
+			err = fmt.Errorf("%w: %v", ErrCorrupted, err)
+		}
 		if err != nil {
-			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, r.key, err)
+			return fmt.Errorf("record %q: %w", r.key, err)
 		}
 		if err := add(r.key, v); err != nil {
 			return err

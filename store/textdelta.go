@@ -216,7 +216,7 @@ var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 // the delta, which counts each term's frequency per field as it goes: the
 // path puts and start-up take, where analyze would first build a table of
 // the record's own distinct terms (~3 µs of ~6 per record).
-func (x *textIndex) addTexts(key string, createdAt int64, group string, texts [NumFields]string) {
+func (x *textIndex) addTexts(key string, at int64, group string, texts [NumFields]string) {
 	rt := tokenBufs.Get().(*recordTokens)
 	rt.toks = rt.toks[:0]
 	for f, t := range texts {
@@ -228,7 +228,7 @@ func (x *textIndex) addTexts(key string, createdAt int64, group string, texts [N
 		rt.ends[f] = int32(len(rt.toks))
 	}
 	x.mu.Lock()
-	x.addTokensLocked(key, createdAt, group, rt)
+	x.addTokensLocked(key, at, group, rt)
 	x.mu.Unlock()
 	clear(rt.toks) // they point into the record's texts
 	tokenBufs.Put(rt)
@@ -236,7 +236,7 @@ func (x *textIndex) addTexts(key string, createdAt int64, group string, texts [N
 
 // addTokensLocked adds a document from its tokens, with the postings
 // analyze and addLocked would give it.
-func (x *textIndex) addTokensLocked(key string, createdAt int64, group string, rt *recordTokens) {
+func (x *textIndex) addTokensLocked(key string, at int64, group string, rt *recordTokens) {
 	if id, ok := x.byKey[key]; ok && x.docs[id].alive {
 		return
 	}
@@ -273,7 +273,7 @@ func (x *textIndex) addTokensLocked(key string, createdAt int64, group string, r
 			d.posts[i] |= fl
 		}
 	}
-	x.addDocLocked(key, createdAt, group, lens)
+	x.addDocLocked(key, at, group, lens)
 	if len(d.lids) >= deltaMax {
 		x.mergeLocked()
 	}

@@ -177,11 +177,11 @@ func unpackPosting(p uint64) (doc uint32, field int, tf, flen uint32) {
 }
 
 type docInfo struct {
-	key       string
-	group     string
-	createdAt int64
-	lens      [NumFields]uint32
-	alive     bool
+	key   string
+	group string
+	at    int64 // Store.orderAt: createdAt, or the arrival of a record dated far ahead
+	lens  [NumFields]uint32
+	alive bool
 }
 
 type scoreScratch struct {
@@ -230,18 +230,18 @@ func (x *textIndex) termCount() int {
 	return x.terms.n
 }
 
-func (x *textIndex) add(key string, createdAt int64, group string, d docTerms) {
+func (x *textIndex) add(key string, at int64, group string, d docTerms) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.addLocked(key, createdAt, group, d)
+	x.addLocked(key, at, group, d)
 }
 
-func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTerms) {
+func (x *textIndex) addLocked(key string, at int64, group string, d docTerms) {
 	if id, ok := x.byKey[key]; ok && x.docs[id].alive {
 		return
 	}
 	id := uint32(len(x.docs))
-	x.addDocLocked(key, createdAt, group, d.lens)
+	x.addDocLocked(key, at, group, d.lens)
 	for i := range d.terms {
 		ft := &d.terms[i]
 		x.delta.add(ft.term, ft.hash, packPosting(id, ft.field, uint32(ft.tf), d.lens[ft.field]))
@@ -253,14 +253,14 @@ func (x *textIndex) addLocked(key string, createdAt int64, group string, d docTe
 
 // addDocLocked appends a document whose postings are in the delta or
 // about to be.
-func (x *textIndex) addDocLocked(key string, createdAt int64, group string, lens [NumFields]uint32) {
+func (x *textIndex) addDocLocked(key string, at int64, group string, lens [NumFields]uint32) {
 	g, ok := x.groups[group]
 	if !ok {
 		x.groups[group] = group
 		g = group
 	}
 	id := uint32(len(x.docs))
-	x.docs = append(x.docs, docInfo{key: key, group: g, createdAt: createdAt, lens: lens, alive: true})
+	x.docs = append(x.docs, docInfo{key: key, group: g, at: at, lens: lens, alive: true})
 	x.byKey[key] = id
 	x.live++
 	for f, l := range lens {
@@ -349,12 +349,13 @@ type SearchOptions struct {
 	// zero means all 1; a zero weight among others excludes that field.
 	FieldWeights [NumFields]float64
 	// RecencyWeight adds RecencyWeight·2^(−age/HalfLife) to every hit, age
-	// measured from AsOf to the record's createdAt.
+	// measured from AsOf to the record's time (Hit.CreatedAt).
 	RecencyWeight float64
 	HalfLife      time.Duration // default 7 days
 	// Group restricts hits to one group ("" = any).
 	Group string
-	// AsOf hides records created after it and anchors recency (zero = now).
+	// AsOf hides records whose time (Hit.CreatedAt) is after it and anchors
+	// recency (zero = now).
 	AsOf time.Time
 	// K1 and B are the BM25 parameters (defaults 1.2 and 0.75).
 	K1, B float64
@@ -362,7 +363,9 @@ type SearchOptions struct {
 
 // Hit is one search result.
 type Hit struct {
-	Key       string
+	Key string
+	// CreatedAt is the record's time, as in KeyTime: its createdAt, or its
+	// arrival if it is dated more than Options.MaxClockSkew after it.
 	CreatedAt int64
 	Group     string
 	Score     float64 // Text + Recency
@@ -490,7 +493,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		if o.RecencyWeight == 0 {
 			return 0
 		}
-		age := float64(max(asOfMs-x.docs[id].createdAt, 0))
+		age := float64(max(asOfMs-x.docs[id].at, 0))
 		return o.RecencyWeight * math.Exp2(-age/halfLifeMs)
 	}
 	accept := func(id uint32) bool {
@@ -498,7 +501,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			return true
 		}
 		d := &x.docs[id]
-		return (!filterGroup || d.group == gname) && (!hideLater || d.createdAt <= asOfMs)
+		return (!filterGroup || d.group == gname) && (!hideLater || d.at <= asOfMs)
 	}
 
 	// MaxScore: score the rarest terms over their whole posting lists; once
@@ -654,7 +657,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			continue
 		}
 		d := &x.docs[id]
-		hit := Hit{Key: d.key, CreatedAt: d.createdAt, Group: d.group, Text: sc.score[id], Recency: recency(id)}
+		hit := Hit{Key: d.key, CreatedAt: d.at, Group: d.group, Text: sc.score[id], Recency: recency(id)}
 		hit.Score = hit.Text + hit.Recency
 		if len(h) < o.Limit {
 			heap.Push(&h, hit)
@@ -730,7 +733,7 @@ func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[
 	docs = map[string]string{}
 	for _, d := range x.docs {
 		if d.alive {
-			docs[d.key] = fmt.Sprintf("t=%d g=%q lens=%v", d.createdAt, d.group, d.lens)
+			docs[d.key] = fmt.Sprintf("t=%d g=%q lens=%v", d.at, d.group, d.lens)
 		}
 	}
 	postings = map[string]map[string]struct{}{}

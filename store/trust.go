@@ -51,7 +51,7 @@ func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
 			t.set(recKey(key), v)
 			marked[i] = true
 			return func() {
-				s.order.remove(key, rec.CreatedAt, rec.Group, rec.CreatedBy)
+				s.order.remove(key, s.orderAt(&rec), rec.Group, rec.CreatedBy)
 				s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
 			}, nil
 		}))

@@ -667,11 +667,7 @@ func (s *Store) readPointer(v []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 	}
-	rec, err := s.log.read(p)
-	if err != nil && !errors.Is(err, errSegmentGone) {
-		err = fmt.Errorf("%w: %v", ErrCorrupted, err)
-	}
-	return rec, err
+	return s.log.read(p)
 }
 
 // recordBytes returns a record value as badger holds it, following a
@@ -816,6 +812,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			m.Source = "local"
 		}
 		rec := Record{Entry: e, Meta: m}
+		at := s.orderAt(&rec)
 		// Encoding happens here, on the caller's goroutine, so the single
 		// writer only copies bytes into the transaction; tokenising happens
 		// on the indexer.
@@ -853,8 +850,8 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			r.Record = rec
 			t.count(1)
 			return func() {
-				s.order.add(rec.Key, rec.CreatedAt, rec.Group, rec.CreatedBy)
-				s.idx.addTexts(rec.Key, rec.CreatedAt, rec.Group, rec.Texts)
+				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
+				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
 			}, nil
 		}))
 		idx = append(idx, i)
