@@ -47,6 +47,10 @@ type Config struct {
 	Metrics string `toml:"metrics"`
 	// Retention purges records older than this; 0 keeps everything.
 	Retention Duration `toml:"retention"`
+	// MaxClockSkew is how far a record's createdAt may lie after its
+	// arrival before the store orders, recalls and purges it by its
+	// arrival time instead (the signed createdAt is kept).
+	MaxClockSkew Duration `toml:"max_clock_skew"`
 	// StrictSignatures refuses every unsigned record. Off, an unsigned
 	// record is admitted only from an author whose key is not known and
 	// who never signed (MMP §18.3.1).
@@ -80,6 +84,7 @@ func Default() Config {
 		Group:            group.Default,
 		Listen:           []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
 		MDNS:             true,
+		MaxClockSkew:     Duration{5 * time.Minute},
 		StrictSignatures: true,
 		LogLevel:         "info",
 	}
@@ -229,6 +234,11 @@ metrics = %s
 # Records that a kept record's lineage references are never purged.
 retention = %s
 
+# A record dated more than this after it arrives here (its author's clock
+# runs ahead) is listed, recalled and purged by its arrival time; its signed
+# createdAt is kept as the author wrote it.
+max_clock_skew = %s
+
 # Refuse every unsigned record (true), or admit one only from an author
 # whose key this node does not know and who has never signed (false, MMP
 # §18.3.1's permissive rule). An unsigned record from an author known to
@@ -238,6 +248,6 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
 	return b.String()
 }

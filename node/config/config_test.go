@@ -107,8 +107,8 @@ func TestCGPHTTPTokenRefusedInLooseConfig(t *testing.T) {
 	}
 }
 
-// strict_signatures is on by default, written into the commented file, and
-// can be turned off.
+// strict_signatures is on by default and max_clock_skew 5 minutes; both are
+// written into the commented file and can be set.
 func TestStrictSignaturesSetting(t *testing.T) {
 	if !Default().StrictSignatures {
 		t.Fatal("strict_signatures is off by default")
@@ -121,9 +121,12 @@ func TestStrictSignaturesSetting(t *testing.T) {
 	if !strings.Contains(string(data), "\nstrict_signatures = true\n") {
 		t.Fatalf("rendered config lacks strict_signatures:\n%s", data)
 	}
-	os.WriteFile(Path(home), []byte("strict_signatures = false\n"), 0o600)
+	if !strings.Contains(string(data), "\nmax_clock_skew = \"5m0s\"\n") {
+		t.Fatalf("rendered config lacks max_clock_skew:\n%s", data)
+	}
+	os.WriteFile(Path(home), []byte("strict_signatures = false\nmax_clock_skew = \"90s\"\n"), 0o600)
 	c, err := Load(home)
-	if err != nil || c.StrictSignatures {
-		t.Fatalf("strict_signatures = false: %+v %v", c, err)
+	if err != nil || c.StrictSignatures || c.MaxClockSkew.Duration != 90*time.Second {
+		t.Fatalf("strict_signatures = false, max_clock_skew = 90s: %+v %v", c, err)
 	}
 }

@@ -188,6 +188,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
+	if so.MaxClockSkew == 0 {
+		so.MaxClockSkew = cfg.MaxClockSkew.Duration
+	}
 	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures})
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
