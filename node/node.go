@@ -139,7 +139,7 @@ func (n *Node) pinSelf(ctx context.Context) error {
 	self := store.Peer{NodeID: strings.ToLower(n.id.NodeID), Ed25519: n.id.Ed25519.Public().(ed25519.PublicKey),
 		X25519: n.id.X25519.PublicKey().Bytes(), Name: n.id.Name, Confirmed: true}
 	_, err := n.pinAuthor(ctx, self)
-	if !errors.Is(err, store.ErrKeyConflict) {
+	if !errors.Is(err, ErrKeyConflict) {
 		if err != nil {
 			return fmt.Errorf("pinning this node's own key: %w", err)
 		}
@@ -342,7 +342,7 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 	up, err := n.st.PutPeer(ctx, p)
 	if errors.Is(err, store.ErrKeyConflict) {
 		n.Counters.KeyConflicts.Add(1)
-		return up, fmt.Errorf("%w: %w", ErrRejected, err)
+		return up, fmt.Errorf("%w: %w", ErrRejected, pinConflict{err})
 	}
 	if err != nil || up.Replaced == nil {
 		return up, err
@@ -358,7 +358,7 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 // PinPeer records a peer's keys as its handshake presented them; the
 // libp2p secure channel has proved the Ed25519 key, so the pin is
 // confirmed. A key conflict with a confirmed pin wraps ErrRejected and
-// store.ErrKeyConflict.
+// ErrKeyConflict.
 func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
 	_, err := n.pinAuthor(ctx, store.Peer{NodeID: nodeID, Ed25519: ed, X25519: x, Name: name, Confirmed: true})
 	return err

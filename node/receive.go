@@ -49,9 +49,18 @@ type Checked struct {
 	trustGen uint64
 }
 
-// errKeyConflict marks a frame key contradicting the roster's pin, so the
-// rejection is counted under its own reason.
-var errKeyConflict = errors.New("key conflict")
+// ErrKeyConflict is wrapped (with ErrRejected) when an author's key
+// contradicts the one pinned: a frame's key, a handshake's (roster
+// conflicts also match store.ErrKeyConflict), or a pin a handshake replaced
+// after the check. Such a rejection is counted under its own reason.
+var ErrKeyConflict = errors.New("key conflict")
+
+// pinConflict is the roster's refusal of a key (store.ErrKeyConflict), read
+// as this node's ErrKeyConflict; its message is the roster's.
+type pinConflict struct{ error }
+
+func (e pinConflict) Unwrap() error        { return e.error }
+func (e pinConflict) Is(target error) bool { return target == ErrKeyConflict }
 
 // errLocalState marks a rejection that rests on what this node holds (its
 // roster, its stored lineage) rather than on the record alone.
@@ -62,7 +71,7 @@ var errLocalState = errors.New("judged against this node's state")
 // rather than on the record alone: a peer holding other state may have
 // relayed it in good faith, so it is no evidence against the sender.
 func IsLocalVerdict(err error) bool {
-	return errors.Is(err, errKeyConflict) || errors.Is(err, store.ErrKeyConflict) ||
+	return errors.Is(err, ErrKeyConflict) ||
 		errors.Is(err, errLocalState) || errors.Is(err, cmb.ErrUnsigned)
 }
 
@@ -198,7 +207,7 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (autho
 	}
 	conflict := func() (authorKey, error) {
 		n.Counters.KeyConflicts.Add(1)
-		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, errKeyConflict, truncate(author, 64))
+		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, ErrKeyConflict, truncate(author, 64))
 	}
 	if strings.EqualFold(author, n.id.NodeID) {
 		// Nobody speaks for this node but its own key.
@@ -257,7 +266,7 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 		if a.pub != nil && c.authorKey != nil && !a.pub.Equal(c.authorKey) {
 			n.Counters.KeyConflicts.Add(1)
 			n.Counters.reject("key-conflict")
-			return false, fmt.Errorf("%w: %w: author %s's key was replaced by a handshake", ErrRejected, errKeyConflict, c.Record.CreatedBy)
+			return false, fmt.Errorf("%w: %w: author %s's key was replaced by a handshake", ErrRejected, ErrKeyConflict, c.Record.CreatedBy)
 		}
 	}
 	src := c.Source.NodeID
@@ -302,7 +311,7 @@ func rejectReason(err error) string {
 		return string(r)
 	}
 	if errors.Is(err, ErrRejected) {
-		if errors.Is(err, errKeyConflict) || errors.Is(err, store.ErrKeyConflict) {
+		if errors.Is(err, ErrKeyConflict) {
 			return "key-conflict"
 		}
 		return "rejected"

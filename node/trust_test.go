@@ -9,6 +9,7 @@ import (
 
 	"cmbnode/cmb"
 	"cmbnode/node/identity"
+	"cmbnode/store"
 )
 
 // agentRecord builds a record by an agent-name author (allowed by the
@@ -181,5 +182,22 @@ func TestOwnIdentityPinnedAtOpen(t *testing.T) {
 	}
 	if _, err := n.Check(context.Background(), forged, Source{Via: "test", AuthorKey: cmb.EncodeKey(priv.Public().(ed25519.PublicKey))}); !errors.Is(err, ErrRejected) {
 		t.Fatalf("a record in our name with another key: %v, want rejected", err)
+	}
+}
+
+// A handshake presenting another key for a confirmed pin is refused as a
+// key conflict, which adapters match without knowing the roster.
+func TestPinPeerConflictIsKeyConflict(t *testing.T) {
+	ctx := context.Background()
+	alice, _ := openNode(t, "alice", "alpha")
+	bob, _ := openNode(t, "bob", "alpha")
+	introduce(t, alice, bob)
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	err := alice.PinPeer(ctx, bob.Identity().NodeID, other, nil, "bob")
+	if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrKeyConflict) || !errors.Is(err, store.ErrKeyConflict) {
+		t.Fatalf("conflicting handshake key: %v, want rejected, key conflict", err)
+	}
+	if !IsLocalVerdict(err) || rejectReason(err) != "key-conflict" {
+		t.Fatalf("conflicting handshake key: local verdict %v, reason %q", IsLocalVerdict(err), rejectReason(err))
 	}
 }

@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/store"
+	"cmbnode/node"
 )
 
 // Catch-up reconciles, pairwise, the records two peers hold for the group.
 // Each side pulls what it lacks; nobody pushes. Holdings are compared as
-// per-time-bucket digests (store.Buckets: count and SHA-256 over the keys),
+// per-time-bucket digests (node.Digest: count and SHA-256 over the keys),
 // coarse first: 30-day buckets over all time, then each differing bucket at
 // the next finer width (day, hour, minute, second). A differing bucket the
 // peer holds at most leafKeys records in is listed key by key, and the keys
@@ -126,11 +125,11 @@ func (cu *catchUp) reconcile(ctx context.Context, from, to int64, level int) err
 	if !ok {
 		return fmt.Errorf("digest request answered with %s", in.typ)
 	}
-	ours, err := cu.m.n.Store().Buckets(ctx, cu.m.group, from, to, width)
+	ours, err := cu.m.n.Digest(ctx, from, to, width)
 	if err != nil {
 		return err
 	}
-	have := make(map[int64]store.Bucket, len(ours))
+	have := make(map[int64]node.Bucket, len(ours))
 	for _, b := range ours {
 		have[b.Start] = b
 	}
@@ -160,7 +159,6 @@ func (cu *catchUp) reconcile(ctx context.Context, from, to int64, level int) err
 // pullWindow lists the peer's keys in [from, to) page by page and fetches
 // the ones this node lacks.
 func (cu *catchUp) pullWindow(ctx context.Context, from, to int64) error {
-	st := cu.m.n.Store()
 	var afterAt int64
 	var afterKey string
 	for {
@@ -179,7 +177,7 @@ func (cu *catchUp) pullWindow(ctx context.Context, from, to int64) error {
 		}
 		var lack []string
 		for _, k := range res.Keys {
-			if has, err := st.Has(ctx, k.Key); err == nil && !has {
+			if has, err := cu.m.n.Has(ctx, k.Key); err == nil && !has {
 				lack = append(lack, k.Key)
 			}
 		}
@@ -212,7 +210,7 @@ func (ss *session) serveDigest(ctx context.Context, req *digestReq) {
 	ss.m.stats.digestServed.Add(1)
 	res := digestResp{ReqID: req.ReqID, Buckets: []bucketJSON{}}
 	if req.Width >= minDigestSpan && req.To > req.From {
-		bs, err := ss.m.n.Store().Buckets(ctx, ss.m.group, max(req.From, 0), req.To, req.Width)
+		bs, err := ss.m.n.Digest(ctx, max(req.From, 0), req.To, req.Width)
 		if err == nil {
 			for i, b := range bs {
 				if i >= maxBuckets {
@@ -227,8 +225,8 @@ func (ss *session) serveDigest(ctx context.Context, req *digestReq) {
 	}
 }
 
-// serveKeys lists keys in [from, to) after (afterAt, afterKey), leaving out
-// directed records the requester may not have (see served).
+// serveKeys lists the keys the requester may fetch (node.ScanServable) in
+// [from, to) after (afterAt, afterKey).
 func (ss *session) serveKeys(ctx context.Context, req *keysReq) {
 	m := ss.m
 	limit := req.Limit
@@ -236,24 +234,16 @@ func (ss *session) serveKeys(ctx context.Context, req *keysReq) {
 		limit = keysPage
 	}
 	res := keysResp{ReqID: req.ReqID, Keys: []keyAt{}}
-	st := m.n.Store()
 	from := max(req.From, req.AfterAt, 0)
-	err := st.Scan(ctx, store.Window{Group: m.group, From: from, To: req.To}, func(kt store.KeyTime) error {
-		if req.AfterKey != "" && kt.CreatedAt == req.AfterAt && kt.Key <= req.AfterKey {
+	err := m.n.ScanServable(ctx, ss.nodeID, from, req.To, func(key string, at int64) error {
+		if req.AfterKey != "" && at == req.AfterAt && key <= req.AfterKey {
 			return nil
 		}
 		if len(res.Keys) >= limit {
 			res.More = true
 			return errStop
 		}
-		r, err := st.GetLineage(ctx, kt.Key)
-		if err != nil {
-			return nil
-		}
-		if r.To != "" && !(strings.EqualFold(r.To, ss.nodeID) && strings.EqualFold(r.CreatedBy, m.id.NodeID)) {
-			return nil
-		}
-		res.Keys = append(res.Keys, keyAt{Key: kt.Key, At: kt.CreatedAt})
+		res.Keys = append(res.Keys, keyAt{Key: key, At: at})
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {

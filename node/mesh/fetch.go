@@ -2,17 +2,14 @@ package mesh
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"cmbnode/cmb"
-	"cmbnode/e2e"
 	"cmbnode/node"
 )
 
@@ -29,54 +26,20 @@ const (
 
 // ---- serving ----
 
-// served returns the record held under exactly key in the form the peer may
-// see: nothing of another group, and a directed record only for its
-// recipient, sealed for it, when this node is its author (only author and
-// recipient hold it, and it is kept here in clear). A quarantined record is
-// not served: it is not surfaced anywhere.
+// served returns the record held under key in the form the requester may
+// see; the node decides what that is (node.Serve).
 func (m *Mesh) served(ctx context.Context, key, requester string) (fetchedRecord, bool) {
-	r, err := m.n.Store().Get(ctx, key)
-	if err != nil || r.Group != m.group || r.Meta.Quarantined {
+	sr, ok, err := m.n.Serve(ctx, key, requester)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("cannot serve a record", "key", key, "requester", requester, "err", err)
+		}
 		return fetchedRecord{}, false
 	}
-	raw := r.Raw
-	if r.To != "" {
-		if !strings.EqualFold(r.CreatedBy, m.id.NodeID) || !strings.EqualFold(r.To, requester) {
-			return fetchedRecord{}, false
-		}
-		sealed, err := m.sealFor(ctx, raw, requester)
-		if err != nil {
-			m.log.Warn("cannot seal a directed record for its recipient", "key", key, "err", err)
-			return fetchedRecord{}, false
-		}
-		raw = sealed
+	if !ok {
+		return fetchedRecord{}, false
 	}
-	pub, x := m.authorKeys(ctx, r.CreatedBy)
-	return fetchedRecord{CMB: raw, PublicKey: pub, E2EPublicKey: x}, true
-}
-
-func (m *Mesh) sealFor(ctx context.Context, raw []byte, nodeID string) ([]byte, error) {
-	rec, err := cmb.Decode(raw)
-	if err != nil {
-		return nil, err
-	}
-	p, err := m.n.Store().GetPeer(ctx, strings.ToLower(nodeID))
-	if err != nil {
-		return nil, err
-	}
-	pub, err := e2e.ParsePublicKey(cmb.EncodeKey(p.X25519))
-	if err != nil {
-		return nil, err
-	}
-	box, err := e2e.NewBox(m.id.X25519, pub)
-	if err != nil {
-		return nil, err
-	}
-	sealed, err := e2e.SealRecord(rec, box, rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	return sealed.Encode(), nil
+	return fetchedRecord{CMB: sr.Raw, PublicKey: sr.AuthorKey, E2EPublicKey: sr.AuthorE2E}, true
 }
 
 func (ss *session) serveFetch(ctx context.Context, f *cmb.Fetch) {
@@ -330,12 +293,11 @@ func (p *pending) round(ctx context.Context) {
 	if len(due) == 0 {
 		return
 	}
-	st := p.m.n.Store()
 	byKey := map[string]*want{}
 	var keys []string
 	for _, w := range due {
 		// Often the parent arrived meanwhile (gossip, catch-up, an earlier round).
-		if has, err := st.Has(ctx, w.key); err == nil && has {
+		if has, err := p.m.n.Has(ctx, w.key); err == nil && has {
 			p.done(w.key)
 			continue
 		}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"cmbnode/cmb"
-	"cmbnode/e2e"
 	"cmbnode/group"
 	"cmbnode/node"
 )
@@ -276,7 +274,7 @@ func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record) error {
 		return fmt.Errorf("publish %s: %w", rec.Key, err)
 	}
 	f := &cmb.CMBFrame{Timestamp: time.Now().UnixMilli(), CMB: rec}
-	f.PublicKey, f.E2EPublicKey = m.authorKeys(ctx, rec.CreatedBy)
+	f.PublicKey, f.E2EPublicKey = m.n.FrameKeys(ctx, rec.CreatedBy)
 	if rec.To != "" {
 		f.To, f.Directed = rec.To, true
 	}
@@ -292,27 +290,6 @@ func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record) error {
 	}
 	m.stats.published.Add(1)
 	return nil
-}
-
-// authorKeys returns an author's keys as frames carry them: ours, else the
-// roster's pin, else none (receivers then need their own pin).
-func (m *Mesh) authorKeys(ctx context.Context, author string) (pub, x string) {
-	if strings.EqualFold(author, m.id.NodeID) {
-		return m.id.PublicKeyB64(), m.id.E2EPublicKeyDER()
-	}
-	p, err := m.n.Store().GetPeer(ctx, strings.ToLower(author))
-	if err != nil {
-		return "", ""
-	}
-	if len(p.Ed25519) > 0 {
-		pub = cmb.EncodeKey(p.Ed25519)
-	}
-	if len(p.X25519) > 0 {
-		if k, err := e2e.ParsePublicKey(cmb.EncodeKey(p.X25519)); err == nil {
-			x = e2e.EncodePublicKeyDER(k)
-		}
-	}
-	return pub, x
 }
 
 // limiter is a token bucket whose callers queue (tokens go negative) and

@@ -22,7 +22,6 @@ import (
 	"cmbnode/group"
 	"cmbnode/node"
 	"cmbnode/node/events"
-	"cmbnode/store"
 )
 
 const (
@@ -171,7 +170,7 @@ func (ss *session) handshake(ctx context.Context) error {
 		x = k.Bytes()
 	}
 	err = m.n.PinPeer(ctx, nodeID, pub, x, hs.Name)
-	if errors.Is(err, store.ErrKeyConflict) {
+	if errors.Is(err, node.ErrKeyConflict) {
 		m.n.Counters.CountReject("key-conflict")
 		ss.fail(cmb.CodeAuthFailed, "nodeId is pinned to another key")
 		return fmt.Errorf("roster: %w", err)
