@@ -264,6 +264,13 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 	if err := rec.Verify(cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: rec.To}, AuthorKey: pub}); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
+	var recipientBox *e2e.Box
+	if rec.To != "" {
+		var err error
+		if recipientBox, err = n.boxFor(ctx, rec.To); err != nil {
+			return Result{}, err
+		}
+	}
 	// A local agent is inside the socket's trust boundary: its key is confirmed.
 	if _, err := n.pinAuthor(ctx, store.Peer{NodeID: rec.CreatedBy, Ed25519: pub, Confirmed: true}); err != nil {
 		return Result{}, err
@@ -278,7 +285,14 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 		return Result{}, err
 	}
 	if !dup {
-		n.publish(ctx, rec)
+		out := rec
+		if recipientBox != nil {
+			// Kept here in clear; it travels sealed for its recipient.
+			if out, err = e2e.SealRecord(rec, recipientBox, rand.Reader); err != nil {
+				return Result{}, err
+			}
+		}
+		n.publish(ctx, out)
 	}
 	return Result{Key: rec.Key, Duplicate: dup}, nil
 }

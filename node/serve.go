@@ -56,9 +56,10 @@ func (n *Node) Serve(ctx context.Context, key, requester string) (_ ServedRecord
 
 // servable is the rule for what requester may receive: nothing of another
 // group, nothing quarantined (it is surfaced nowhere), and a directed record
-// only for its recipient and only when this node is its author — only author
-// and recipient hold it, and the author keeps it in clear, so it can seal it.
-// A relay holds a directed record only sealed for someone else.
+// only for its recipient and only when it was authored on this machine (by
+// the node or a local agent) — only there and at the recipient is it held,
+// and there it is kept in clear, so it can be sealed. A relay holds a
+// directed record only sealed for someone else.
 func (n *Node) servable(r store.Record, requester string) bool {
 	if r.Group != n.group || r.Meta.Quarantined {
 		return false
@@ -66,7 +67,7 @@ func (n *Node) servable(r store.Record, requester string) bool {
 	if r.To == "" {
 		return true
 	}
-	return strings.EqualFold(r.CreatedBy, n.id.NodeID) && strings.EqualFold(r.To, requester)
+	return r.Meta.Source == SourceLocal && strings.EqualFold(r.To, requester)
 }
 
 // sealFor seals a record held in clear for nodeID, whose X25519 key the

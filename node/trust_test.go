@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
 
 	"cmbnode/cmb"
@@ -199,5 +200,41 @@ func TestPinPeerConflictIsKeyConflict(t *testing.T) {
 	}
 	if !IsLocalVerdict(err) || rejectReason(err) != "key-conflict" {
 		t.Fatalf("conflicting handshake key: local verdict %v, reason %q", IsLocalVerdict(err), rejectReason(err))
+	}
+}
+
+// A directed record a local agent signs and publishes travels sealed for
+// its recipient, as one the node authors does, and its recipient may fetch
+// it from this node.
+func TestPublishedDirectedRecordTravelsSealed(t *testing.T) {
+	ctx := context.Background()
+	host, m := openNode(t, "host", "alpha")
+	bob, _ := openNode(t, "bob", "alpha")
+	introduce(t, host, bob)
+	agent, err := identity.Create(t.TempDir(), "agent", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobID := bob.Identity().NodeID
+	rec, err := cmb.Build(cmb.Draft{Fields: fields("for bob's eyes only"), Group: "alpha", To: bobID, CreatedBy: agent.NodeID, CreatedAt: 1}, agent.Ed25519)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Publish(ctx, rec, agent.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.published) != 1 {
+		t.Fatalf("published %d records", len(m.published))
+	}
+	out := m.published[0]
+	if !out.IsSealed() || strings.Contains(string(out.Encode()), "bob's eyes") {
+		t.Fatalf("an agent's directed record was published in clear: %s", out.Encode())
+	}
+	sr, ok, err := host.Serve(ctx, rec.Key, bobID)
+	if err != nil || !ok {
+		t.Fatalf("the recipient cannot fetch it: %v %v", ok, err)
+	}
+	if strings.Contains(string(sr.Raw), "bob's eyes") {
+		t.Fatal("served in clear")
 	}
 }
