@@ -203,7 +203,7 @@ func search(ctx context.Context, g Graph, starts []step, b bounds) ([]Node, erro
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		next, err := relatives(ctx, g, s.v, s.d)
+		next, err := relatives(ctx, g, s.v, s.d, seen)
 		if err != nil {
 			return nil, err
 		}
@@ -225,9 +225,10 @@ func search(ctx context.Context, g Graph, starts []step, b bounds) ([]Node, erro
 	return out, nil
 }
 
-// relatives are the held records one link from v in direction d, oldest
-// first (ties by key) whatever order the store keeps them in.
-func relatives(ctx context.Context, g Graph, v Vertex, d dir) ([]Vertex, error) {
+// relatives are the held records one link from v in direction d that are
+// not yet reached, oldest first (ties by key) whatever order the store
+// keeps them in. Reached records are not read again.
+func relatives(ctx context.Context, g Graph, v Vertex, d dir, reached map[string]bool) ([]Vertex, error) {
 	var keys []string
 	if d&up != 0 {
 		keys = v.Parents
@@ -241,6 +242,9 @@ func relatives(ctx context.Context, g Graph, v Vertex, d dir) ([]Vertex, error) 
 	}
 	out := make([]Vertex, 0, len(keys))
 	for _, k := range keys {
+		if reached[k] {
+			continue
+		}
 		r, ok, err := g.Vertex(ctx, k)
 		if err != nil {
 			return nil, fmt.Errorf("relative %s of %s: %w", k, v.Key, err)
