@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"cmbnode/lineage/walk"
 	"cmbnode/store"
 )
 
@@ -205,8 +206,8 @@ func TestDAG10k(t *testing.T) {
 			if want[n.Key] != n.Depth || (i > 0 && got[i-1].Depth > n.Depth) {
 				t.Fatalf("%s: %s at depth %d, want %d (or out of order)", what, n.Key, n.Depth, want[n.Key])
 			}
-			if n.CreatedAt != d.created[n.Key] {
-				t.Fatalf("%s: %s createdAt %d", what, n.Key, n.CreatedAt)
+			if n.CreatedAt.UnixMilli() != d.created[n.Key] {
+				t.Fatalf("%s: %s createdAt %d", what, n.Key, n.CreatedAt.UnixMilli())
 			}
 		}
 	}
@@ -223,36 +224,58 @@ func TestDAG10k(t *testing.T) {
 			}
 			check(fmt.Sprintf("descendants(%s, %d)", k, depth), got, bfs(k, depth, down))
 		}
-		th, err := Thread(ctx, s, k, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantThread := []string{k}
-		for a := range bfs(k, 0, up) {
-			wantThread = append(wantThread, a)
-		}
-		for a := range bfs(k, 0, down) {
-			wantThread = append(wantThread, a)
-		}
-		sort.Slice(wantThread, func(i, j int) bool {
-			ci, cj := d.created[wantThread[i]], d.created[wantThread[j]]
-			if ci != cj {
-				return ci < cj
+		// Threads: unbounded, bounded by depth, and cut at a time (records
+		// created after it are neither members nor walked through), each
+		// against a walk of the in-memory DAG.
+		asOf := time.UnixMilli(d.created[k] + int64(rng.IntN(200)) - 100)
+		before := func(next func(string) []string) func(string) []string {
+			return func(k string) []string {
+				return slices.DeleteFunc(slices.Clone(next(k)), func(n string) bool { return d.created[n] > asOf.UnixMilli() })
 			}
-			return wantThread[i] < wantThread[j]
-		})
-		gotThread := make([]string, len(th))
-		for i, n := range th {
-			gotThread[i] = n.Key
 		}
-		if strings.Join(gotThread, ",") != strings.Join(wantThread, ",") {
-			t.Fatalf("thread of %s: %d nodes, want %d, or out of time order", k, len(gotThread), len(wantThread))
+		for _, c := range []struct {
+			name     string
+			o        walk.ThreadOptions
+			up, down func(string) []string
+		}{
+			{"unbounded", walk.ThreadOptions{}, up, down},
+			{"depth 2", walk.ThreadOptions{MaxDepth: 2}, up, down},
+			{"as of", walk.ThreadOptions{AsOf: &asOf}, before(up), before(down)},
+		} {
+			th, err := walk.Thread(ctx, View(s), k, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if c.o.AsOf == nil || d.created[k] <= asOf.UnixMilli() {
+				want = []string{k}
+				for a := range bfs(k, c.o.MaxDepth, c.up) {
+					want = append(want, a)
+				}
+				for a := range bfs(k, c.o.MaxDepth, c.down) {
+					want = append(want, a)
+				}
+			}
+			sort.Slice(want, func(i, j int) bool {
+				ci, cj := d.created[want[i]], d.created[want[j]]
+				if ci != cj {
+					return ci < cj
+				}
+				return want[i] < want[j]
+			})
+			got := make([]string, len(th))
+			for i, n := range th {
+				got[i] = n.Key
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("thread (%s) of %s: %d nodes, want %d, or out of time order", c.name, k, len(got), len(want))
+			}
 		}
 	}
 	for i := 0; i+1 < len(sample) && i < 200; i += 2 {
 		a, b := sample[i], sample[i+1]
 		want, reachable := bfs(a, 12, both)[b]
-		got, err := Distance(ctx, s, a, b, 12)
+		got, err := walk.Distance(ctx, View(s), a, b, 12)
 		switch {
 		case a == b:
 			if err != nil || got != 0 {
@@ -263,7 +286,7 @@ func TestDAG10k(t *testing.T) {
 				t.Fatalf("distance(%s, %s) = %d, %v; want %d", a, b, got, err, want)
 			}
 		default:
-			if !errors.Is(err, ErrNoPath) {
+			if !errors.Is(err, walk.ErrNoPath) {
 				t.Fatalf("distance(%s, %s) = %d, %v; want no path within 12", a, b, got, err)
 			}
 		}
@@ -271,7 +294,7 @@ func TestDAG10k(t *testing.T) {
 	// Pairs known to be close: a record and its ancestors / siblings.
 	for _, k := range sample[:100] {
 		for n, want := range bfs(k, 4, both) {
-			got, err := Distance(ctx, s, k, n, 0)
+			got, err := walk.Distance(ctx, View(s), k, n, 0)
 			if err != nil || got != want {
 				t.Fatalf("distance(%s, %s) = %d, %v; want %d", k, n, got, err, want)
 			}
@@ -338,13 +361,13 @@ func TestValidateAndMissingParents(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := AncestorsOf(ctx, s, absent, 1); !errors.Is(err, store.ErrNotFound) {
+	if _, err := AncestorsOf(ctx, s, absent, 1); !errors.Is(err, walk.ErrNotHeld) {
 		t.Fatalf("walk from a missing key: %v", err)
 	}
-	if _, err := Distance(ctx, s, root, absent, 0); !errors.Is(err, store.ErrNotFound) {
+	if _, err := walk.Distance(ctx, View(s), root, absent, 0); !errors.Is(err, walk.ErrNotHeld) {
 		t.Fatalf("distance to a missing key: %v", err)
 	}
-	if d, err := Distance(ctx, s, root, mid, 0); err != nil || d != 1 {
+	if d, err := walk.Distance(ctx, View(s), root, mid, 0); err != nil || d != 1 {
 		t.Fatalf("distance root-mid %d %v", d, err)
 	}
 	if a, ok := Anchor([]string{absent, root, mid}, func(k string) bool { ok, _ := s.Has(ctx, k); return ok }); !ok || a != root {

@@ -1,6 +1,7 @@
 // Package lineage applies the MMP remix rules (spec §15) to records kept by
 // package store: computing and validating `parents`/`ancestors`, finding
-// missing parents, walking the DAG, and the lineage tether (§15.8).
+// missing parents, and the lineage tether (§15.8). Walks of the DAG are
+// package walk's; View serves the store to them.
 package lineage
 
 import (
@@ -8,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
+	"cmbnode/lineage/walk"
 	"cmbnode/store"
 )
 
@@ -155,178 +157,37 @@ func Validate(ctx context.Context, g Graph, key string, parents, ancestors []str
 }
 
 // Node is one record found by a walk, with its distance in hops.
-type Node struct {
-	Key       string
-	Depth     int
-	CreatedAt int64
+type Node = walk.Node
+
+// View serves a store to the lineage walks of package walk. Quarantined
+// records are walked like any other: filtering is the caller's policy.
+func View(g Graph) walk.Graph { return storeView{g} }
+
+type storeView struct{ g Graph }
+
+func (v storeView) Vertex(ctx context.Context, key string) (walk.Vertex, bool, error) {
+	rec, err := v.g.GetLineage(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return walk.Vertex{}, false, nil
+	}
+	if err != nil {
+		return walk.Vertex{}, false, err
+	}
+	return walk.Vertex{Key: key, CreatedAt: time.UnixMilli(rec.CreatedAt), Parents: rec.Parents}, true, nil
 }
 
-// AncestorsOf walks parent links breadth-first up to maxDepth hops (0 = no
-// bound) and returns the stored ancestors nearest first (ties by key).
-// Parents that are not stored are not returned and not walked through.
+func (v storeView) Children(ctx context.Context, key string) ([]string, error) {
+	return v.g.Children(ctx, key)
+}
+
+// AncestorsOf is walk.Ancestors over a store: the stored ancestors within
+// maxDepth hops (0 = no bound), nearest first (ties by key).
 func AncestorsOf(ctx context.Context, g Graph, key string, maxDepth int) ([]Node, error) {
-	return walk(ctx, g, key, maxDepth, func(rec store.Record) ([]string, error) { return rec.Parents, nil })
+	return walk.Ancestors(ctx, View(g), key, maxDepth)
 }
 
-// Descendants walks child links breadth-first up to maxDepth hops (0 = no
-// bound) and returns the descendants nearest first (ties by key).
+// Descendants is walk.Descendants over a store: the stored descendants
+// within maxDepth hops (0 = no bound), nearest first (ties by key).
 func Descendants(ctx context.Context, g Graph, key string, maxDepth int) ([]Node, error) {
-	return walk(ctx, g, key, maxDepth, func(rec store.Record) ([]string, error) {
-		return g.Children(ctx, rec.Key)
-	})
-}
-
-func walk(ctx context.Context, g Graph, key string, maxDepth int, next func(store.Record) ([]string, error)) ([]Node, error) {
-	start, err := g.GetLineage(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("walking lineage of %s: %w", key, err)
-	}
-	seen := map[string]struct{}{key: {}}
-	frontier := []store.Record{start}
-	var out []Node
-	for depth := 1; len(frontier) > 0 && (maxDepth <= 0 || depth <= maxDepth); depth++ {
-		var layer []Node
-		var nextFrontier []store.Record
-		for _, rec := range frontier {
-			keys, err := next(rec)
-			if err != nil {
-				return nil, fmt.Errorf("walking lineage of %s: %w", key, err)
-			}
-			for _, k := range keys {
-				if _, ok := seen[k]; ok {
-					continue
-				}
-				seen[k] = struct{}{}
-				r, err := g.GetLineage(ctx, k)
-				if errors.Is(err, store.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("walking lineage of %s: %w", key, err)
-				}
-				layer = append(layer, Node{Key: k, Depth: depth, CreatedAt: r.CreatedAt})
-				nextFrontier = append(nextFrontier, r)
-			}
-		}
-		sort.Slice(layer, func(i, j int) bool { return layer[i].Key < layer[j].Key })
-		out = append(out, layer...)
-		frontier = nextFrontier
-	}
-	return out, nil
-}
-
-// Thread is the episode around a record: its ancestors, itself and its
-// descendants (each walk bounded by maxDepth, 0 = unbounded), ordered by
-// creation time (ties by key).
-func Thread(ctx context.Context, g Graph, key string, maxDepth int) ([]Node, error) {
-	self, err := g.GetLineage(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("building thread of %s: %w", key, err)
-	}
-	up, err := AncestorsOf(ctx, g, key, maxDepth)
-	if err != nil {
-		return nil, err
-	}
-	down, err := Descendants(ctx, g, key, maxDepth)
-	if err != nil {
-		return nil, err
-	}
-	all := append(append(up, Node{Key: key, CreatedAt: self.CreatedAt}), down...)
-	sort.SliceStable(all, func(i, j int) bool {
-		if all[i].CreatedAt != all[j].CreatedAt {
-			return all[i].CreatedAt < all[j].CreatedAt
-		}
-		return all[i].Key < all[j].Key
-	})
-	return all, nil
-}
-
-// ErrNoPath is returned by Distance when the keys are not connected within
-// the bound.
-var ErrNoPath = errors.New("no lineage path")
-
-// Distance is the number of lineage hops between a and b, following parent
-// and child links in either direction (so siblings are 2 apart), searching
-// at most maxHops (0 = unbounded). Both keys must be stored.
-func Distance(ctx context.Context, g Graph, a, b string, maxHops int) (int, error) {
-	if a == b {
-		if ok, err := g.Has(ctx, a); err != nil || !ok {
-			return 0, fmt.Errorf("distance: %s: %w", a, errors.Join(err, store.ErrNotFound))
-		}
-		return 0, nil
-	}
-	for _, k := range []string{a, b} {
-		ok, err := g.Has(ctx, k)
-		if err != nil {
-			return 0, fmt.Errorf("distance: %w", err)
-		}
-		if !ok {
-			return 0, fmt.Errorf("distance: %w: %s", store.ErrNotFound, k)
-		}
-	}
-	// Bidirectional BFS: the frontier grows as branching^(d/2) rather than
-	// branching^d, which matters in bushy DAGs.
-	type side struct {
-		dist     map[string]int
-		frontier []string
-	}
-	sa := &side{dist: map[string]int{a: 0}, frontier: []string{a}}
-	sb := &side{dist: map[string]int{b: 0}, frontier: []string{b}}
-	neighbours := func(k string) ([]string, error) {
-		rec, err := g.GetLineage(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		ch, err := g.Children(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		return append(slices.Clone(rec.Parents), ch...), nil
-	}
-	for hops := 0; len(sa.frontier) > 0 && len(sb.frontier) > 0; {
-		if maxHops > 0 && hops >= maxHops {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		cur, other := sa, sb
-		if len(sb.frontier) < len(sa.frontier) {
-			cur, other = sb, sa
-		}
-		best := -1
-		var next []string
-		for _, k := range cur.frontier {
-			ns, err := neighbours(k)
-			if err != nil {
-				return 0, fmt.Errorf("distance: %w", err)
-			}
-			for _, n := range ns {
-				if _, ok := cur.dist[n]; ok {
-					continue
-				}
-				if ok, err := g.Has(ctx, n); err != nil {
-					return 0, fmt.Errorf("distance: %w", err)
-				} else if !ok {
-					continue
-				}
-				cur.dist[n] = cur.dist[k] + 1
-				if od, ok := other.dist[n]; ok {
-					if d := cur.dist[n] + od; best < 0 || d < best {
-						best = d
-					}
-				}
-				next = append(next, n)
-			}
-		}
-		if best >= 0 {
-			if maxHops > 0 && best > maxHops {
-				break
-			}
-			return best, nil
-		}
-		cur.frontier = next
-		hops++
-	}
-	return 0, fmt.Errorf("%w between %s and %s within %d hops", ErrNoPath, a, b, maxHops)
+	return walk.Descendants(ctx, View(g), key, maxDepth)
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"cmbnode/lineage/walk"
 )
 
 // Backend is what the CGP layer needs from the node's store. The daemon
@@ -30,6 +32,39 @@ type Backend interface {
 	// Children returns the keys of held records naming key as a parent,
 	// in any order.
 	Children(ctx context.Context, key string) ([]string, error)
+}
+
+// lineageView serves a Backend to the lineage walks and keeps each record
+// it reads, so the engine renders what a walk reached without reading it
+// again. It serves one walk: not safe for concurrent use.
+type lineageView struct {
+	b    Backend
+	read map[string]Record
+}
+
+// newLineageView starts a view that already holds known.
+func newLineageView(b Backend, known ...Record) *lineageView {
+	v := &lineageView{b: b, read: make(map[string]Record, len(known))}
+	for _, r := range known {
+		v.read[r.Key] = r
+	}
+	return v
+}
+
+func (v *lineageView) Vertex(ctx context.Context, key string) (walk.Vertex, bool, error) {
+	r, ok := v.read[key]
+	if !ok {
+		var err error
+		if r, ok, err = v.b.Get(ctx, key); err != nil || !ok {
+			return walk.Vertex{}, false, err
+		}
+		v.read[key] = r
+	}
+	return walk.Vertex{Key: key, CreatedAt: r.CreatedAt, Parents: r.Parents}, true, nil
+}
+
+func (v *lineageView) Children(ctx context.Context, key string) ([]string, error) {
+	return v.b.Children(ctx, key)
 }
 
 // SearchOptions bounds a Search.

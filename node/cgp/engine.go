@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"cmbnode/lineage/walk"
 )
 
 // Defaults and hard limits of the Engine. They bound work per query and the
@@ -347,52 +349,27 @@ func hasChildren(ctx context.Context, b Backend, key string) bool {
 	return err == nil && len(kids) > 0
 }
 
-// anchorHops resolves anchors to keys and walks lineage (parents and
-// children) up to two hops from each, keeping the smallest distance.
+// anchorReach is how many lineage hops from an anchor still rank higher.
+const anchorReach = 2
+
+// anchorHops resolves anchors to keys and maps each held record within
+// anchorReach lineage hops (parents and children) of one to its distance
+// from the nearest. as_of does not cut this walk: candidates are cut where
+// they are built (ValidAt), so ranking near an anchor is unchanged by it.
 func (e *Engine) anchorHops(ctx context.Context, anchors []string) (map[string]int, error) {
-	hops := map[string]int{}
-	var frontier []string
+	var keys []string
 	for _, a := range anchors {
-		k, ok := keyFromURI(a)
-		if !ok {
-			continue
-		}
-		if _, held, err := e.cfg.Backend.Get(ctx, k); err != nil {
-			return nil, err
-		} else if held {
-			if _, seen := hops[k]; !seen {
-				hops[k] = 0
-				frontier = append(frontier, k)
-			}
+		if k, ok := keyFromURI(a); ok {
+			keys = append(keys, k)
 		}
 	}
-	for d := 1; d <= 2 && len(frontier) > 0; d++ {
-		var next []string
-		for _, k := range frontier {
-			r, ok, err := e.cfg.Backend.Get(ctx, k)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				continue
-			}
-			kids, err := e.cfg.Backend.Children(ctx, k)
-			if err != nil {
-				return nil, err
-			}
-			for _, n := range append(slices.Clone(r.Parents), kids...) {
-				if _, seen := hops[n]; seen {
-					continue
-				}
-				if _, held, err := e.cfg.Backend.Get(ctx, n); err != nil {
-					return nil, err
-				} else if held {
-					hops[n] = d
-					next = append(next, n)
-				}
-			}
-		}
-		frontier = next
+	near, err := walk.Hops(ctx, newLineageView(e.cfg.Backend), keys, anchorReach)
+	if err != nil {
+		return nil, err
+	}
+	hops := make(map[string]int, len(near))
+	for _, n := range near {
+		hops[n.Key] = n.Depth
 	}
 	return hops, nil
 }

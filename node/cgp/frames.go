@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
+
+	"cmbnode/lineage/walk"
 )
 
 // Frame id prefixes. An id names what to recompute on verify, so it must be
@@ -332,53 +334,19 @@ func byTime(a, b Record) int {
 	return strings.Compare(a.Key, b.Key)
 }
 
-// thread collects the focal record's ancestors and descendants, nearest
-// first, up to MaxThread members, and returns them in time order. With a
-// pin, members created after it are left out (and not walked through):
-// the episode then tells the story as it stood at the pin.
+// thread is the focal record's episode as walk.Thread tells it: nearest
+// relatives first up to MaxThread members, in time order, and with a pin,
+// nothing created after it (nor reached only through such a record).
 func (e *Engine) thread(ctx context.Context, focal Record, asOf *time.Time) ([]Record, error) {
-	type item struct {
-		r  Record
-		up bool
+	v := newLineageView(e.cfg.Backend, focal)
+	nodes, err := walk.Thread(ctx, v, focal.Key, walk.ThreadOptions{MaxMembers: e.cfg.MaxThread, AsOf: asOf})
+	if err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{focal.Key: true}
-	members := []Record{focal}
-	queue := []item{{focal, true}, {focal, false}}
-	for len(queue) > 0 && len(members) < e.cfg.MaxThread {
-		it := queue[0]
-		queue = queue[1:]
-		var next []Record
-		if it.up {
-			for _, p := range it.r.Parents {
-				pr, ok, err := e.cfg.Backend.Get(ctx, p)
-				if err != nil {
-					return nil, fmt.Errorf("get ancestor %s: %w", p, err)
-				}
-				if ok {
-					next = append(next, pr)
-				}
-			}
-			slices.SortFunc(next, byTime)
-		} else {
-			kids, err := e.children(ctx, it.r.Key)
-			if err != nil {
-				return nil, err
-			}
-			next = kids
-		}
-		for _, n := range next {
-			if seen[n.Key] || (asOf != nil && n.CreatedAt.Truncate(time.Millisecond).After(*asOf)) {
-				continue
-			}
-			seen[n.Key] = true
-			members = append(members, n)
-			queue = append(queue, item{n, it.up})
-			if len(members) >= e.cfg.MaxThread {
-				break
-			}
-		}
+	members := make([]Record, len(nodes))
+	for i, n := range nodes {
+		members[i] = v.read[n.Key]
 	}
-	slices.SortFunc(members, byTime)
 	return members, nil
 }
 
