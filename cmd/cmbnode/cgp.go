@@ -9,10 +9,10 @@ import (
 	"sync"
 
 	"cmbnode/node/cgp"
+	"cmbnode/node/cgpnode"
 	"cmbnode/node/daemon"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
-	"cmbnode/node/provider"
 )
 
 // version is the module version the binary was built from ("dev" in a checkout).
@@ -51,7 +51,7 @@ func cmdCGP(e *env, args []string) error {
 		}
 		id = nil
 	}
-	return provider.ServeStdio(e.ctx, e.stdin, e.stdout, id, daemon.SocketPath(h), version(), log)
+	return cgpnode.ServeStdio(e.ctx, e.stdin, e.stdout, id, daemon.SocketPath(h), version(), log)
 }
 
 // cgpHooks plugs the CGP engine into the daemon: the socket's query/verify
@@ -63,7 +63,7 @@ func cgpHooks(h *daemon.Hooks) {
 		err  error
 	)
 	engine := func(env daemon.Env) (*cgp.Engine, error) {
-		once.Do(func() { eng, err = provider.NewEngine(env.Node, version(), env.Logger.With("component", "cgp")) })
+		once.Do(func() { eng, err = cgpnode.NewEngine(env.Node, version(), env.Logger.With("component", "cgp")) })
 		return eng, err
 	}
 	h.CGP = func(env daemon.Env) (ipc.CGPHandler, error) {
@@ -71,7 +71,7 @@ func cgpHooks(h *daemon.Hooks) {
 		if err != nil {
 			return nil, err
 		}
-		return provider.SocketHandler{Engine: e}, nil
+		return cgpnode.SocketHandler{Engine: e}, nil
 	}
 	h.StartCGPHTTP = func(ctx context.Context, env daemon.Env, addr string) (io.Closer, error) {
 		e, err := engine(env)
@@ -84,13 +84,13 @@ func cgpHooks(h *daemon.Hooks) {
 		tok := env.Config.CGPHTTPToken
 		if tok == "" {
 			var created bool
-			if tok, created, err = provider.LoadOrCreateToken(env.Home); err != nil {
+			if tok, created, err = cgpnode.LoadOrCreateToken(env.Home); err != nil {
 				return nil, err
 			}
 			if created {
-				log.Info("created the CGP HTTP bearer token", "file", provider.TokenPath(env.Home))
+				log.Info("created the CGP HTTP bearer token", "file", cgpnode.TokenPath(env.Home))
 			}
 		}
-		return provider.StartHTTP(ctx, e, loopbackDefault(addr), tok, log)
+		return cgpnode.StartHTTP(ctx, e, loopbackDefault(addr), tok, log)
 	}
 }

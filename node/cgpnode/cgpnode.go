@@ -1,8 +1,8 @@
-// Package provider wires the Context Graph Protocol engine (node/cgp) to the
+// Package cgpnode wires the Context Graph Protocol engine (node/cgp) to the
 // running node: the engine over the node's store, the daemon socket's
 // `query`/`verify` handler, the HTTP binding, and the remote that the
 // `cmbnode cgp` stdio shim relays through.
-package provider
+package cgpnode
 
 import (
 	"context"
