@@ -34,7 +34,7 @@ func Config(n *node.Node, id *identity.Identity, version string, log *slog.Logge
 		c.SigningKey = id.Ed25519
 	}
 	if n != nil {
-		c.Backend = n.CGPBackend()
+		c.Backend = NewBackend(n)
 		c.Group = n.Group()
 	}
 	return c
