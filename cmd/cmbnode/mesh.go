@@ -12,23 +12,33 @@ import (
 
 // meshHooks plugs the libp2p mesh and the metrics endpoint into the daemon.
 // The daemon starts the mesh before metrics, so the endpoint exports the
-// mesh's counters when the mesh runs.
+// mesh's counters (and libp2p's, registered while the mesh starts) when the
+// mesh runs.
 func meshHooks(h *daemon.Hooks) {
 	var m *mesh.Mesh
+	reg := metrics.NewRegistry()
 	h.StartMesh = func(ctx context.Context, env daemon.Env) (io.Closer, error) {
+		c := mesh.ConfigFrom(env.Node, env.Config, env.Logger)
+		if env.Config.Metrics != "" {
+			c.Metrics = reg
+		}
 		var err error
-		m, err = mesh.StartAttached(ctx, env.Node, env.Config, env.Logger)
-		if err != nil {
+		if m, err = mesh.Start(ctx, c); err != nil {
 			return nil, err
 		}
+		env.Node.AttachMesh(m)
 		return m, nil
 	}
 	h.StartMetrics = func(ctx context.Context, env daemon.Env, addr string) (io.Closer, error) {
-		var src []metrics.Source
+		var ms metrics.MeshStats
 		if m != nil {
-			src = append(src, m)
+			ms = m
 		}
-		return metrics.Serve(loopbackDefault(addr), metrics.Handler(env.Node, src...), env.Logger.With("component", "metrics"))
+		if err := metrics.Register(reg, env.Node, ms); err != nil {
+			return nil, err
+		}
+		log := env.Logger.With("component", "metrics")
+		return metrics.Serve(loopbackDefault(addr), metrics.Handler(reg, log), log)
 	}
 }
 
