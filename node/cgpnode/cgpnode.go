@@ -1,7 +1,7 @@
-// Package cgpnode wires the Context Graph Protocol engine (node/cgp) to the
-// running node: the engine over the node's store, the daemon socket's
-// `query`/`verify` handler, the HTTP binding, and the remote that the
-// `cmbnode cgp` stdio shim relays through.
+// Package cgpnode adapts the node to the Context Graph Protocol (node/cgp):
+// the backend and engine over the node's records, the daemon socket's
+// `query`/`verify` handler, the HTTP binding and its bearer token, and the
+// remote that the `cmbnode cgp` stdio shim relays through.
 package cgpnode
 
 import (
