@@ -1,13 +1,10 @@
 package main
 
 import (
-	"errors"
-	"io/fs"
 	"runtime/debug"
 
 	"cmbnode/node/cgpnode"
 	"cmbnode/node/daemon"
-	"cmbnode/node/identity"
 )
 
 // version is the module version the binary was built from ("dev" in a checkout).
@@ -37,14 +34,5 @@ func cmdCGP(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The identity only supplies the attester key for the handshake; without
-	// one the shim still answers, and queries report the missing daemon.
-	id, err := identity.Load(h)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("identity unreadable; the handshake will publish no attester key", "err", err)
-		}
-		id = nil
-	}
-	return cgpnode.ServeStdio(e.ctx, e.stdin, e.stdout, id, daemon.SocketPath(h), version(), log)
+	return cgpnode.ServeStdio(e.ctx, e.stdin, e.stdout, h, daemon.SocketPath(h), version(), log)
 }

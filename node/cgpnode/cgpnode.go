@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -208,10 +209,19 @@ func (r *SocketRemote) Close() error {
 	return nil
 }
 
-// ServeStdio runs the `cmbnode cgp` shim: the handshake is answered here
-// (with the node's attester key when its identity is readable), queries and
-// verifies go to the daemon at socket. It opens no network connection.
-func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, id *identity.Identity, socket, version string, log *slog.Logger) error {
+// ServeStdio runs the `cmbnode cgp` shim for home: the handshake is
+// answered here, queries and verifies go to the daemon at socket. It opens
+// no network connection. The identity only supplies the attester key for
+// the handshake; without a readable one the shim still answers (publishing
+// no key), and queries report the missing daemon.
+func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, home, socket, version string, log *slog.Logger) error {
+	id, err := identity.Load(home)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("identity unreadable; the handshake will publish no attester key", "err", err)
+		}
+		id = nil
+	}
 	ack, err := cgp.AckFor(Config(nil, id, version, log))
 	if err != nil {
 		return fmt.Errorf("build CGP handshake: %w", err)
