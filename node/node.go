@@ -81,8 +81,6 @@ type Node struct {
 	boxMu sync.Mutex
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
-	cgpCache decodedCache // decoded records for the CGP backend (cgpbackend.go)
-
 	allowUnsigned bool
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).

@@ -105,12 +105,12 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 		return nil, fmt.Errorf("stored record %s does not decode: %w", key, err)
 	}
 	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed,
-		KeyConfirmed: n.keyConfirmed(ctx, rec.CreatedBy, r.Meta.Source)}, nil
+		KeyConfirmed: n.KeyConfirmed(ctx, rec.CreatedBy, r.Meta.Source)}, nil
 }
 
-// keyConfirmed reports whether a held record's author key came from an
+// KeyConfirmed reports whether a held record's author key came from an
 // authenticated source: this node, a local agent, or a handshake.
-func (n *Node) keyConfirmed(ctx context.Context, author, source string) bool {
+func (n *Node) KeyConfirmed(ctx context.Context, author, source string) bool {
 	if source == SourceLocal || strings.EqualFold(author, n.id.NodeID) {
 		return true
 	}

@@ -17,17 +17,6 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// daemonHooks wires the parts other packages provide into the daemon: the
-// mesh (node/mesh), the CGP engine and its HTTP binding (node/cgp) and the
-// metrics endpoint. A hook left nil is a feature this build lacks; the
-// daemon runs without it and says so in its log.
-func daemonHooks() daemon.Hooks {
-	var h daemon.Hooks
-	cgpHooks(&h)
-	meshHooks(&h)
-	return h
-}
-
 func cmdDaemon(e *env, args []string) error {
 	fs := newFlags(e, "daemon", "daemon [--home DIR] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--log-json] [--log-level L]")
 	home := homeFlag(fs)
@@ -92,6 +81,6 @@ func cmdDaemon(e *env, args []string) error {
 		return err
 	}
 	return daemon.Run(e.ctx, daemon.Options{
-		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Hooks: daemonHooks(),
+		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Version: version(),
 	})
 }

@@ -38,11 +38,3 @@ func TestTruncate(t *testing.T) {
 		}
 	}
 }
-
-func TestLoopbackDefault(t *testing.T) {
-	for in, want := range map[string]string{":7474": "127.0.0.1:7474", "127.0.0.1:1": "127.0.0.1:1", "[::1]:9": "[::1]:9", "0.0.0.0:5": "0.0.0.0:5"} {
-		if got := loopbackDefault(in); got != want {
-			t.Errorf("loopbackDefault(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,8 +1,9 @@
-// Package daemon composes a running node: identity (created on first run),
-// config (file, then flag overrides), logging, the store, the local socket,
-// retention, and — through Hooks — the parts other packages own: the mesh,
-// the CGP engine and its HTTP binding, and the metrics endpoint. Run blocks
-// until its context ends and then stops everything in order.
+// Package daemon is the node's composition root: it loads the identity
+// (created on first run) and the config (file, then flag overrides), sets
+// up logging, and builds the running node in this order: the store and node
+// core, the mesh, the local socket with the CGP engine behind its query and
+// verify, the CGP HTTP binding, the metrics endpoint, and retention. Run
+// blocks until its context ends and then stops them in reverse.
 package daemon
 
 import (
@@ -11,16 +12,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"cmbnode/node"
+	"cmbnode/node/cgp"
+	"cmbnode/node/cgpnode"
 	"cmbnode/node/config"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
+	"cmbnode/node/mesh"
+	"cmbnode/node/metrics"
 	"cmbnode/store"
 )
 
@@ -41,7 +49,11 @@ type Options struct {
 	Name string
 	// Stderr receives the logs (os.Stderr when nil).
 	Stderr io.Writer
-	Hooks  Hooks
+	// Version is the build's version, which the CGP engine names in its
+	// handshake and derivations ("" is "dev").
+	Version string
+	// Ready, when set, is told the socket path once the daemon serves.
+	Ready func(socket string)
 	// StoreOptions tune badger (tests shrink its caches).
 	StoreOptions store.Options
 	// IPC tunes the socket; Path, Node, CGP and Logger are set by Run.
@@ -93,45 +105,6 @@ func (o Overrides) Apply(c *config.Config) {
 	}
 }
 
-// Env is what a hook gets to work with. Fields may be added; hooks should
-// not assume it stays this size.
-type Env struct {
-	Home     string
-	Config   config.Config
-	Identity *identity.Identity
-	Node     *node.Node
-	// Socket is the local socket's path (not yet serving when hooks start).
-	Socket string
-	Logger *slog.Logger
-}
-
-// Hooks are the seams where the parts other packages own plug in. A nil
-// hook means the feature is not in this build: the daemon says so in its
-// log when the config asks for it, rather than ignoring the setting.
-//
-// Start hooks run in this order before the socket serves: CGP, StartMesh,
-// StartCGPHTTP, StartMetrics. The closers they return are closed in
-// reverse order after the socket has stopped and before the store closes,
-// so a closer may still use the node but must not return while its own
-// goroutines can still call it.
-type Hooks struct {
-	// StartMesh joins env.Config.Group over libp2p (listen, bootstrap,
-	// mdns settings are its to read), attaches itself with
-	// env.Node.AttachMesh, feeds received records through Node.Check and
-	// Node.Accept, and publishes peer-joined / peer-left on
-	// env.Node.Events(). The daemon detaches it after closing it.
-	StartMesh func(ctx context.Context, env Env) (io.Closer, error)
-	// CGP returns the handler for the socket's query and verify requests
-	// (the CGP engine over the node's store).
-	CGP func(env Env) (ipc.CGPHandler, error)
-	// StartCGPHTTP serves the CGP HTTP binding at addr (config cgp_http).
-	StartCGPHTTP func(ctx context.Context, env Env, addr string) (io.Closer, error)
-	// StartMetrics serves the Prometheus endpoint at addr (config metrics).
-	StartMetrics func(ctx context.Context, env Env, addr string) (io.Closer, error)
-	// Ready is told the socket path once the daemon serves.
-	Ready func(socket string)
-}
-
 // RunningError means another daemon holds the home.
 type RunningError struct {
 	Home   string
@@ -151,8 +124,9 @@ func (e *RunningError) Error() string {
 func (e *RunningError) Unwrap() error { return e.Err }
 
 // Run starts the daemon and serves until ctx ends (SIGINT/SIGTERM in the
-// CLI), then stops cleanly: the socket stops and its file is removed,
-// hooks are closed, the store is closed. It returns nil after a clean stop.
+// CLI), then stops cleanly: the socket stops and its file is removed, the
+// metrics endpoint, the CGP HTTP binding and the mesh stop, the store is
+// closed. It returns nil after a clean stop.
 func Run(ctx context.Context, opts Options) error {
 	if opts.Home == "" {
 		return errors.New("daemon: no home directory")
@@ -202,15 +176,35 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}
-	d := &daemon{log: log, node: n}
+	d := &daemon{log: log}
+	d.add("close store", n.Close)
 	defer d.stop()
 
-	env := Env{Home: home, Config: cfg, Identity: id, Node: n, Socket: sock, Logger: log}
-	if err := d.startHooks(ctx, env, opts.Hooks); err != nil {
-		return err
+	// libp2p registers its families while the mesh starts, so the registry
+	// exists before the mesh; nothing is registered when no endpoint is set.
+	mc := mesh.ConfigFrom(n, cfg, log)
+	var reg *prometheus.Registry
+	if cfg.Metrics != "" {
+		reg = metrics.NewRegistry()
+		mc.Metrics = reg
+	}
+	m, err := mesh.Start(ctx, mc)
+	if err != nil {
+		return fmt.Errorf("join group %s: %w", cfg.Group, err)
+	}
+	n.AttachMesh(m)
+	d.add("stop mesh", func() error {
+		n.AttachMesh(nil)
+		return m.Close()
+	})
+
+	// The socket's query and verify and the HTTP binding share one engine.
+	eng, err := cgpnode.NewEngine(n, opts.Version, log.With("component", "cgp"))
+	if err != nil {
+		return fmt.Errorf("start the CGP engine: %w", err)
 	}
 	ipcOpts := opts.IPC
-	ipcOpts.Path, ipcOpts.Node, ipcOpts.Logger, ipcOpts.CGP = sock, n, log.With("component", "socket"), d.cgp
+	ipcOpts.Path, ipcOpts.Node, ipcOpts.Logger, ipcOpts.CGP = sock, n, log.With("component", "socket"), cgpnode.SocketHandler{Engine: eng}
 	srv, err := ipc.Listen(ipcOpts)
 	var inUse *ipc.InUseError
 	if errors.As(err, &inUse) {
@@ -218,6 +212,29 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err != nil {
 		return err
+	}
+	// Until it serves, closing the listener is all the socket needs.
+	d.add("close socket", srv.Close)
+
+	if addr := cfg.CGPHTTP; addr != "" {
+		c, err := startCGPHTTP(ctx, eng, home, cfg.CGPHTTPToken, loopbackDefault(addr), log.With("component", "cgp-http"))
+		if err != nil {
+			return fmt.Errorf("start CGP over HTTP on %s: %w", addr, err)
+		}
+		d.add("stop CGP over HTTP", c.Close)
+		log.Info("serving CGP over HTTP", "addr", addr)
+	}
+	if addr := cfg.Metrics; addr != "" {
+		mlog := log.With("component", "metrics")
+		if err := metrics.Register(reg, n, m); err != nil {
+			return fmt.Errorf("start metrics on %s: %w", addr, err)
+		}
+		s, err := metrics.Serve(loopbackDefault(addr), metrics.Handler(reg, mlog), mlog)
+		if err != nil {
+			return fmt.Errorf("start metrics on %s: %w", addr, err)
+		}
+		d.add("stop metrics", s.Close)
+		log.Info("serving metrics", "addr", addr)
 	}
 	serveCtx, stopServe := context.WithCancel(context.Background())
 	defer stopServe()
@@ -233,8 +250,8 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 
 	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "home", home, "cmbs", n.Status().CMBs)
-	if opts.Hooks.Ready != nil {
-		opts.Hooks.Ready(sock)
+	if opts.Ready != nil {
+		opts.Ready(sock)
 	}
 
 	var serveErr error
@@ -261,91 +278,62 @@ func Run(ctx context.Context, opts Options) error {
 // daemon holds what Run started, to stop it in reverse.
 type daemon struct {
 	log     *slog.Logger
-	node    *node.Node
-	cgp     ipc.CGPHandler
-	closers []namedCloser
-	mesh    bool
+	stops   []stop
 	stopped bool
 }
 
-type namedCloser struct {
-	name string
-	c    io.Closer
+// stop undoes one started part; what names it in an error ("stop mesh").
+type stop struct {
+	what string
+	f    func() error
 }
 
-func (d *daemon) startHooks(ctx context.Context, env Env, h Hooks) error {
-	cfg := env.Config
-	if h.CGP != nil {
-		c, err := h.CGP(env)
-		if err != nil {
-			return fmt.Errorf("start the CGP engine: %w", err)
-		}
-		d.cgp = c
-	} else {
-		d.log.Info("Context Graph queries are not in this build: the socket's query and verify reply unavailable")
-	}
-	if h.StartMesh != nil {
-		c, err := h.StartMesh(ctx, env)
-		if err != nil {
-			return fmt.Errorf("join group %s: %w", cfg.Group, err)
-		}
-		d.add("mesh", c)
-		d.mesh = true
-	} else {
-		d.log.Warn("the mesh is not in this build: running alone; listen, bootstrap and mdns settings are not used",
-			"listen", strings.Join(cfg.Listen, ","), "bootstrap", len(cfg.Bootstrap), "mdns", cfg.MDNS)
-	}
-	start := func(what, setting, addr string, hook func(context.Context, Env, string) (io.Closer, error)) error {
-		if addr == "" {
-			return nil
-		}
-		if hook == nil {
-			d.log.Warn(what+" is not in this build: "+setting+" is set but nothing is served", setting, addr)
-			return nil
-		}
-		c, err := hook(ctx, env, addr)
-		if err != nil {
-			return fmt.Errorf("start %s on %s: %w", what, addr, err)
-		}
-		d.add(what, c)
-		d.log.Info("serving "+what, "addr", addr)
-		return nil
-	}
-	if err := start("CGP over HTTP", "cgp_http", cfg.CGPHTTP, h.StartCGPHTTP); err != nil {
-		return err
-	}
-	return start("metrics", "metrics", cfg.Metrics, h.StartMetrics)
-}
+func (d *daemon) add(what string, f func() error) { d.stops = append(d.stops, stop{what, f}) }
 
-func (d *daemon) add(name string, c io.Closer) {
-	if c != nil {
-		d.closers = append(d.closers, namedCloser{name, c})
-	}
-}
-
-// stop closes the hooks in reverse and then the node; it is idempotent.
+// stop undoes the started parts in reverse, the store last; it is idempotent.
 func (d *daemon) stop() error {
 	if d.stopped {
 		return nil
 	}
 	d.stopped = true
 	var errs []error
-	for i := len(d.closers) - 1; i >= 0; i-- {
-		c := d.closers[i]
-		if err := c.c.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("stop %s: %w", c.name, err))
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		s := d.stops[i]
+		if err := s.f(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.what, err))
 		}
-	}
-	if d.mesh {
-		d.node.AttachMesh(nil)
-	}
-	if err := d.node.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
 	for _, err := range errs {
 		d.log.Error("stop", "err", err)
 	}
 	return errors.Join(errs...)
+}
+
+// startCGPHTTP serves the CGP HTTP binding at addr. The configured token
+// wins; otherwise the home's token file, minted on first use. Its path is
+// logged, never the token.
+func startCGPHTTP(ctx context.Context, eng *cgp.Engine, home, token, addr string, log *slog.Logger) (io.Closer, error) {
+	if token == "" {
+		var created bool
+		var err error
+		if token, created, err = cgpnode.LoadOrCreateToken(home); err != nil {
+			return nil, err
+		}
+		if created {
+			log.Info("created the CGP HTTP bearer token", "file", cgpnode.TokenPath(home))
+		}
+	}
+	return cgpnode.StartHTTP(ctx, eng, addr, token, log)
+}
+
+// loopbackDefault binds a bare ":PORT" to loopback: metrics and the CGP
+// HTTP binding serve this machine unless the operator names an interface.
+func loopbackDefault(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // retain purges records older than the retention period now and then

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
 	"cmbnode/node/config"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
@@ -48,14 +47,24 @@ type running struct {
 	done   chan error
 }
 
+// loopbackOnly keeps a test daemon's mesh on 127.0.0.1 with mDNS off:
+// tests send nothing beyond loopback (no multicast), whatever the defaults.
+func loopbackOnly(o Overrides) Overrides {
+	if len(o.Listen) == 0 {
+		o.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	}
+	o.NoMDNS = true
+	return o
+}
+
 // start runs a daemon in this process and waits until it is ready.
 func start(t *testing.T, home string, opts Options) *running {
 	t.Helper()
 	logs := &syncBuffer{}
 	ready := make(chan string, 1)
-	opts.Home, opts.Stderr = home, logs
-	userReady := opts.Hooks.Ready
-	opts.Hooks.Ready = func(s string) {
+	opts.Home, opts.Stderr, opts.Overrides = home, logs, loopbackOnly(opts.Overrides)
+	userReady := opts.Ready
+	opts.Ready = func(s string) {
 		if userReady != nil {
 			userReady(s)
 		}
@@ -129,7 +138,7 @@ func TestRunServesAndStopsCleanly(t *testing.T) {
 		t.Fatalf("socket file left after stop: %v", err)
 	}
 	logs := d.logs.String()
-	for _, want := range []string{"created a new identity", "msg=ready", "socket=" + d.socket, "msg=stopped", "mesh is not in this build"} {
+	for _, want := range []string{"created a new identity", "msg=ready", "socket=" + d.socket, "msg=stopped", `msg="mesh started"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
@@ -148,14 +157,14 @@ func TestRunServesAndStopsCleanly(t *testing.T) {
 func TestSecondDaemonIsRefused(t *testing.T) {
 	home := t.TempDir()
 	start(t, home, Options{})
-	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard})
+	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{})})
 	var re *RunningError
 	if !errors.As(err, &re) || re.PID != os.Getpid() || !strings.Contains(err.Error(), home) || !strings.Contains(err.Error(), "pid") {
 		t.Fatalf("second daemon: %v; want a RunningError naming the home and pid %d", err, os.Getpid())
 	}
 	// With its socket file gone, the store lock still refuses.
 	os.Remove(SocketPath(home))
-	err = Run(context.Background(), Options{Home: home, Stderr: io.Discard})
+	err = Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{})})
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), home) || re.PID != os.Getpid() {
 		t.Fatalf("second daemon without the socket: %v; want the home and pid %d (from the store's lock)", err, os.Getpid())
 	}
@@ -220,7 +229,7 @@ func TestFlagsOverrideTheConfigFile(t *testing.T) {
 	}
 
 	bad := "Not A Group!"
-	if err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: Overrides{Group: &bad}}); err == nil || !strings.Contains(err.Error(), "group") {
+	if err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{Group: &bad})}); err == nil || !strings.Contains(err.Error(), "group") {
 		t.Fatalf("invalid group flag: %v", err)
 	}
 }
@@ -238,108 +247,175 @@ func TestOverridesApply(t *testing.T) {
 	}
 }
 
-// fakeMesh stands in for node/mesh.
-type fakeMesh struct {
-	closed chan struct{}
-	node   *node.Node
-}
-
-func (f *fakeMesh) Publish(context.Context, *cmb.Record) error { return nil }
-func (f *fakeMesh) Peers() []node.PeerInfo {
-	return []node.PeerInfo{{NodeID: "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f", Name: "bob", PeerID: "12D3KooWbob", Group: "default", Addrs: []string{}}}
-}
-func (f *fakeMesh) PeerID() string  { return "12D3KooWself" }
-func (f *fakeMesh) Addrs() []string { return []string{"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWself"} }
-func (f *fakeMesh) Close() error {
-	// The node must still be usable while the mesh stops.
-	f.node.Status()
-	close(f.closed)
-	return nil
-}
-
-type closerFunc func() error
-
-func (f closerFunc) Close() error { return f() }
-
-type echoCGP struct{}
-
-func (echoCGP) Query(_ context.Context, q json.RawMessage) (json.RawMessage, error) { return q, nil }
-func (echoCGP) Verify(_ context.Context, r json.RawMessage) (json.RawMessage, error) {
-	return r, nil
-}
-
-func TestHooksPlugIn(t *testing.T) {
-	home := t.TempDir()
-	mesh := &fakeMesh{closed: make(chan struct{})}
-	var order []string
-	var mu sync.Mutex
-	note := func(s string) {
-		mu.Lock()
-		order = append(order, s)
-		mu.Unlock()
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	metricsAddr := "127.0.0.1:0"
-	hooks := Hooks{
-		StartMesh: func(ctx context.Context, env Env) (io.Closer, error) {
-			note("mesh")
-			if env.Node == nil || env.Identity == nil || env.Config.Group != "default" || env.Socket != SocketPath(home) {
-				t.Errorf("mesh hook got env %+v", env)
-			}
-			mesh.node = env.Node
-			env.Node.AttachMesh(mesh)
-			return mesh, nil
-		},
-		CGP: func(env Env) (ipc.CGPHandler, error) { note("cgp"); return echoCGP{}, nil },
-		StartMetrics: func(ctx context.Context, env Env, addr string) (io.Closer, error) {
-			note("metrics " + addr)
-			return closerFunc(func() error { note("metrics closed"); return nil }), nil
-		},
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cgpAddr := "127.0.0.1:7474"
-	d := start(t, home, Options{Hooks: hooks, Overrides: Overrides{Metrics: &metricsAddr, CGPHTTP: &cgpAddr}})
-	c := client(t, d.socket)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// TestRunWiresEveryPart: the mesh joins a second daemon, the socket's query
+// and the HTTP binding answer from the one CGP engine, and the metrics
+// endpoint exports the node's, the mesh's, Go's, the process's and
+// libp2p's families; they start in order and stop with the daemon.
+func TestRunWiresEveryPart(t *testing.T) {
 	ctx := context.Background()
-	st, err := c.Status(ctx)
-	if err != nil || st.PeerID != "12D3KooWself" || st.Peers != 1 || len(st.Addrs) != 1 {
-		t.Fatalf("status with a mesh: %+v %v", st, err)
+	peerHome := t.TempDir()
+	peer := start(t, peerHome, Options{Name: "bob"})
+	pst, err := client(t, peer.socket).Status(ctx)
+	if err != nil || pst.PeerID == "" || len(pst.Addrs) == 0 {
+		t.Fatalf("peer status: %+v %v", pst, err)
+	}
+
+	home := t.TempDir()
+	metricsAddr, cgpAddr := freeAddr(t), freeAddr(t)
+	d := start(t, home, Options{Version: "v9.9.9", Overrides: Overrides{
+		Metrics: &metricsAddr, CGPHTTP: &cgpAddr, Bootstrap: pst.Addrs[:1],
+	}})
+	c := client(t, d.socket)
+	var st ipc.StatusReply
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st.Peers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mesh did not join the bootstrap peer: %+v\n%s", st, d.logs)
+		}
+	}
+	if st.PeerID == "" || len(st.Addrs) == 0 {
+		t.Fatalf("status with a mesh: %+v", st)
 	}
 	peers, err := c.Peers(ctx)
-	if err != nil || len(peers) != 1 || peers[0].Name != "bob" {
+	if err != nil || len(peers) != 1 || peers[0].Name != "bob" || peers[0].NodeID != pst.NodeID {
 		t.Fatalf("peers with a mesh: %+v %v", peers, err)
 	}
-	res, err := c.Query(ctx, json.RawMessage(`{"goal":"g"}`))
-	if err != nil || string(res) != `{"goal":"g"}` {
-		t.Fatalf("query through the CGP hook: %s %v", res, err)
+
+	rem, err := c.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "wiring zebra"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(d.logs.String(), "cgp_http is set but nothing is served") {
-		t.Fatalf("a configured feature with no implementation was not reported:\n%s", d.logs)
+	res, err := c.Query(ctx, json.RawMessage(`{"goal":"zebra","max_frames":4,"max_tokens":2000}`))
+	if err != nil || !strings.Contains(string(res), rem.Key) || !strings.Contains(string(res), "cmbnode/v9.9.9") {
+		t.Fatalf("query through the socket: %s %v", res, err)
+	}
+
+	// The HTTP binding minted its token into the home and answers with it.
+	tok, err := os.ReadFile(filepath.Join(home, "cgp-http.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+cgpAddr+"/contextgraph",
+			strings.NewReader(`{"type":"query","id":"q1","query":{"goal":"zebra","max_frames":4,"max_tokens":2000}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(strings.TrimSpace(string(tok))); code != http.StatusOK || !strings.Contains(body, rem.Key) {
+		t.Fatalf("CGP over HTTP with the token: %d %s", code, body)
+	}
+	if code, _ := post("not-the-token-0123456789abcdef0123"); code != http.StatusUnauthorized {
+		t.Fatalf("CGP over HTTP with a wrong token: %d", code)
+	}
+
+	page := httpGet(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{"\ncmbnode_cmbs_authored_total 1\n", "\ncmbnode_store_cmbs 1\n", "\ncmbnode_peers 1\n",
+		"\n# TYPE cmbnode_handshakes_total counter\n", "\n# TYPE go_goroutines gauge\n", "\n# TYPE process_open_fds gauge\n",
+		"\n# TYPE libp2p_rcmgr_connections gauge\n", `libp2p_rcmgr_connections{dir="inbound",scope="system"}`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("metrics page lacks %q:\n%s", want, page)
+		}
+	}
+
+	// Start order: mesh, CGP HTTP, metrics, then ready.
+	logs := d.logs.String()
+	at := -1
+	for _, line := range []string{`msg="mesh started"`, `msg="serving CGP over HTTP"`, `msg="serving metrics"`, "msg=ready"} {
+		i := strings.Index(logs, line)
+		if i <= at {
+			t.Fatalf("%s is out of order (or missing) in the start logs:\n%s", line, logs)
+		}
+		at = i
 	}
 	if err := d.shutdown(t); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-mesh.closed:
-	default:
-		t.Fatal("mesh was not closed")
+	for _, addr := range []string{metricsAddr, cgpAddr} {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			t.Errorf("%s still serves after the daemon stopped", addr)
+		}
 	}
-	want := "cgp,mesh,metrics 127.0.0.1:0,metrics closed"
-	if got := strings.Join(order, ","); got != want {
-		t.Fatalf("hook order %s, want %s", got, want)
+	// The peer sees this daemon's mesh go.
+	pc := client(t, peer.socket)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if s, err := pc.Status(ctx); err == nil && s.Peers == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mesh did not stop with the daemon")
+		}
 	}
 }
 
-func TestFailingHookStopsStartCleanly(t *testing.T) {
+// A part that fails to start stops what started before it: the store is
+// released and the socket file removed, so the next start works.
+func TestFailingPartStopsStartCleanly(t *testing.T) {
 	home := t.TempDir()
-	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Hooks: Hooks{
-		StartMesh: func(context.Context, Env) (io.Closer, error) { return nil, errors.New("no network") },
-	}})
-	if err == nil || !strings.Contains(err.Error(), "no network") {
+	noPeerID := "/ip4/127.0.0.1/tcp/1"
+	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{Bootstrap: []string{noPeerID}})})
+	if err == nil || !strings.Contains(err.Error(), "join group default") || !strings.Contains(err.Error(), "bootstrap") {
 		t.Fatalf("failing mesh: %v", err)
 	}
-	// The store was released: the next start works.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	err = Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{Metrics: &busy})})
+	if err == nil || !strings.Contains(err.Error(), "start metrics on "+busy) {
+		t.Fatalf("metrics on a taken port: %v", err)
+	}
+	if _, err := os.Stat(SocketPath(home)); !os.IsNotExist(err) {
+		t.Fatalf("socket file left after a failed start: %v", err)
+	}
 	d := start(t, home, Options{})
 	if _, err := client(t, d.socket).Status(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLoopbackDefault(t *testing.T) {
+	for in, want := range map[string]string{":7474": "127.0.0.1:7474", "127.0.0.1:1": "127.0.0.1:1", "[::1]:9": "[::1]:9", "0.0.0.0:5": "0.0.0.0:5"} {
+		if got := loopbackDefault(in); got != want {
+			t.Errorf("loopbackDefault(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

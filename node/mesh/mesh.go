@@ -36,6 +36,7 @@ import (
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"cmbnode/group"
 	"cmbnode/node"
@@ -70,6 +71,11 @@ type Config struct {
 	// MDNS announces and discovers peers on the LAN.
 	MDNS   bool
 	Logger *slog.Logger
+	// Metrics receives libp2p's own families (libp2p_*: host, swarm,
+	// resource manager); nil turns them off. It must be a private registry,
+	// never prometheus.DefaultRegisterer. libp2p keeps these collectors in
+	// package variables, so meshes in one process share their values.
+	Metrics prometheus.Registerer
 
 	// HandshakeTimeout bounds the wait for the first frame (MMP: 10 s).
 	HandshakeTimeout time.Duration
@@ -264,7 +270,18 @@ func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
 			ProtocolID: {Streams: 8, StreamsInbound: 8, StreamsOutbound: 8},
 		},
 	}.Build(scaling.AutoScale())
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits))
+	var rmOpts []rcmgr.Option
+	metricsOpt := libp2p.DisableMetrics()
+	if cfg.Metrics != nil {
+		rcmgr.MustRegisterWith(cfg.Metrics)
+		str, err := rcmgr.NewStatsTraceReporter()
+		if err != nil {
+			return nil, fmt.Errorf("start mesh: resource manager metrics: %w", err)
+		}
+		rmOpts = append(rmOpts, rcmgr.WithTraceReporter(str))
+		metricsOpt = libp2p.PrometheusRegisterer(cfg.Metrics)
+	}
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits), rmOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
 	}
@@ -279,9 +296,9 @@ func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
 		libp2p.ConnectionManager(cm),
 		libp2p.ResourceManager(rm),
 		libp2p.DisableRelay(),
-		// Metrics go through our own handler; libp2p's would register in
-		// the process-global Prometheus registry.
-		libp2p.DisableMetrics(),
+		// Without a registerer libp2p would register in the process-global
+		// Prometheus registry, so its metrics are off unless given one.
+		metricsOpt,
 	)
 	if err != nil {
 		rm.Close()

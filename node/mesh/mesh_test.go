@@ -108,7 +108,11 @@ func TestGroupsGossipAndIsolation(t *testing.T) {
 	}
 
 	// The metrics page carries node and mesh families.
-	srv := httptest.NewServer(metrics.Handler(a1.n, a1.m))
+	reg := metrics.NewRegistry()
+	if err := metrics.Register(reg, a1.n, a1.m); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(metrics.Handler(reg, nil))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"cmbnode/node/metrics"
 )
 
 // stats are the mesh's own counters; record counters live in node.Counters.
@@ -25,7 +23,8 @@ type stats struct {
 	peerInfoDropped  atomic.Int64
 }
 
-// Stats is a snapshot of the mesh's counters.
+// Stats is a snapshot of the mesh's counters, for status and for the
+// metrics endpoint (node/metrics reads it at each scrape).
 type Stats struct {
 	Peers            int   `json:"peers"`
 	PendingParents   int   `json:"pendingParents"`
@@ -110,26 +109,4 @@ func (m *Mesh) Stats() Stats {
 		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(),
 	}
-}
-
-// WriteMetrics adds the mesh's families to a metrics page (metrics.Source).
-func (m *Mesh) WriteMetrics(w *metrics.Writer) {
-	if m == nil {
-		return
-	}
-	s := m.Stats()
-	w.Gauge("cmbnode_peers", "Handshaken peers of the group.", int64(s.Peers))
-	w.Gauge("cmbnode_pending_parents", "Missing parents waiting to be fetched.", int64(s.PendingParents))
-	w.Counter("cmbnode_handshakes_total", "Completed /mmp/1.1.0 handshakes.", s.Handshakes)
-	w.Counter("cmbnode_handshakes_failed_total", "Refused or failed handshakes.", s.HandshakesFailed)
-	w.Counter("cmbnode_group_mismatches_total", "Handshakes from peers of another group.", s.GroupMismatches)
-	w.Counter("cmbnode_gossip_published_total", "Records published on the group topic.", s.Published)
-	w.Counter("cmbnode_gossip_unadmitted_total", "Gossip from peers not handshaken into the group, ignored.", s.GossipUnadmitted)
-	w.Counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", s.FetchesServed)
-	w.Counter("cmbnode_catchup_rounds_total", "Catch-up reconciliations run.", s.CatchUpRounds)
-	w.Counter("cmbnode_peerinfo_dials_total", "Dials started for peers learned from peer-info.", s.PeerInfoDials)
-	w.Counter("cmbnode_peerinfo_dials_dropped_total", "Peers learned from peer-info not dialled because a bound was reached.", s.PeerInfoDialsDropped)
-	w.Gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", int64(s.GossipMesh))
-	w.Gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", int64(s.GossipGraylisted))
-	w.Map("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", "counter", "reason", s.GossipDropped)
 }

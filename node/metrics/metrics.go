@@ -1,143 +1,178 @@
-// Package metrics exposes the node's counters in the Prometheus text format
-// (version 0.0.4), written by hand so the daemon needs no client library.
-// The daemon mounts Handler on --metrics ADDR (loopback by default).
+// Package metrics serves a node's Prometheus endpoint from a private
+// registry (never the process-global one, so two nodes in one process each
+// export their own): the node core's and the mesh's cmbnode_* families, read
+// at scrape time by a collector of this package, the Go runtime (go_*) and
+// process (process_*) collectors, and whatever libp2p registers on it
+// (libp2p_*, given to the mesh as its Metrics registerer).
 package metrics
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"cmbnode/node"
+	"cmbnode/node/mesh"
 )
 
-// Source contributes metrics of its own (the mesh does).
-type Source interface {
-	WriteMetrics(w *Writer)
+// NewRegistry returns a private registry holding the Go runtime and process
+// collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
-// Handler serves the node's counters plus those of each non-nil source.
-func Handler(n *node.Node, sources ...Source) http.Handler {
+// MeshStats is what the endpoint reads of a running mesh.
+type MeshStats interface {
+	Stats() mesh.Stats
+}
+
+// Register adds the cmbnode_* families of n, and of m unless m is nil, to
+// reg. They are read when scraped, so they are never stale.
+func Register(reg prometheus.Registerer, n *node.Node, m MeshStats) error {
+	if err := reg.Register(newCollector(n, m)); err != nil {
+		return fmt.Errorf("metrics: register the node's families: %w", err)
+	}
+	return nil
+}
+
+// Handler serves what g gathers in the Prometheus text format, to GET and
+// HEAD only.
+func Handler(g prometheus.Gatherer, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// A collector that fails leaves its families out; the rest is served.
+	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: errorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			rw.Header().Set("Allow", "GET, HEAD")
 			http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		bw := bufio.NewWriter(rw)
-		w := &Writer{w: bw}
-		WriteNode(w, n)
-		for _, s := range sources {
-			if s != nil {
-				s.WriteMetrics(w)
-			}
-		}
-		_ = bw.Flush()
+		h.ServeHTTP(rw, r)
 	})
 }
 
-// WriteNode writes the node core's counters.
-func WriteNode(w *Writer, n *node.Node) {
-	s := n.Counters.Snapshot()
-	w.Counter("cmbnode_cmbs_authored_total", "Records authored on this node.", s.Authored)
-	w.Counter("cmbnode_cmbs_received_total", "Records received from peers on every path (gossip, fetch, catch-up).", s.Received)
-	w.Counter("cmbnode_cmbs_accepted_total", "Received records stored for the first time.", s.Accepted)
-	w.Counter("cmbnode_cmbs_duplicates_total", "Received records already held.", s.Duplicates)
-	w.Counter("cmbnode_cmbs_relayed_total", "Valid records directed to another member: relayed, never stored.", s.Relayed)
-	w.Counter("cmbnode_key_conflicts_total", "Authors or peers presenting a key other than the pinned one.", s.KeyConflicts)
-	w.Counter("cmbnode_keys_replaced_total", "Author keys known only from gossip that a handshake replaced.", s.KeysReplaced)
-	w.Counter("cmbnode_cmbs_quarantined_total", "Records quarantined because the author key they were admitted under was replaced.", s.Quarantined)
-	w.Counter("cmbnode_cmbs_fetched_total", "Records obtained by fetching a missing parent.", s.Fetched)
-	w.Counter("cmbnode_cmbs_caught_up_total", "Records obtained by catch-up.", s.CaughtUp)
-	w.Header("cmbnode_cmbs_rejected_total", "Rejected records and handshakes, by reason.", "counter")
-	for _, reason := range s.RejectReasons() {
-		w.Sample("cmbnode_cmbs_rejected_total", s.Rejected[reason], "reason", reason)
-	}
-	w.Gauge("cmbnode_store_cmbs", "Records held in the store.", int64(n.Store().Count()))
-	w.Counter("cmbnode_event_subscribers_dropped_total", "Local event listeners dropped for falling behind.", n.Events().Dropped())
+// errorLog is promhttp's error log on slog.
+type errorLog struct{ log *slog.Logger }
+
+func (l errorLog) Println(v ...any) { l.log.Warn("metrics: gathering", "err", fmt.Sprint(v...)) }
+
+// scalar is a family of one unlabelled sample read from a view V.
+type scalar[V any] struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+	get  func(*V) int64
 }
 
-// Writer writes metric families.
-type Writer struct {
-	w   io.Writer
-	err error
+func counter[V any](name, help string, get func(*V) int64) scalar[V] {
+	return scalar[V]{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, get}
 }
 
-// Header writes a family's HELP and TYPE lines.
-func (w *Writer) Header(name, help, typ string) {
-	w.printf("# HELP %s %s\n# TYPE %s %s\n", name, escapeHelp(help), name, typ)
+func gauge[V any](name, help string, get func(*V) int64) scalar[V] {
+	return scalar[V]{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, get}
 }
 
-// Sample writes one sample with label name/value pairs.
-func (w *Writer) Sample(name string, v int64, labels ...string) {
-	var b strings.Builder
-	b.WriteString(name)
-	if len(labels) > 1 {
-		b.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(labels[i])
-			b.WriteString(`="`)
-			b.WriteString(escapeLabel(labels[i+1]))
-			b.WriteByte('"')
-		}
-		b.WriteByte('}')
-	}
-	b.WriteByte(' ')
-	b.WriteString(strconv.FormatInt(v, 10))
-	b.WriteByte('\n')
-	w.printf("%s", b.String())
+// nodeView is what one scrape reads of the node.
+type nodeView struct {
+	c       node.Snapshot
+	cmbs    int
+	dropped int64
 }
 
-// Counter writes a single-sample counter family.
-func (w *Writer) Counter(name, help string, v int64) {
-	w.Header(name, help, "counter")
-	w.Sample(name, v)
+// collector reads the node's counters and the mesh's Stats at each scrape.
+type collector struct {
+	n        *node.Node
+	m        MeshStats
+	node     []scalar[nodeView]
+	rejected *prometheus.Desc
+	mesh     []scalar[mesh.Stats]
+	gDropped *prometheus.Desc
 }
 
-// Gauge writes a single-sample gauge family.
-func (w *Writer) Gauge(name, help string, v int64) {
-	w.Header(name, help, "gauge")
-	w.Sample(name, v)
-}
-
-// Map writes a labelled family in label order.
-func (w *Writer) Map(name, help, typ, label string, m map[string]int64) {
-	w.Header(name, help, typ)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w.Sample(name, m[k], label, k)
+func newCollector(n *node.Node, m MeshStats) *collector {
+	type nv = nodeView
+	type ms = mesh.Stats
+	return &collector{
+		n: n, m: m,
+		node: []scalar[nv]{
+			counter("cmbnode_cmbs_authored_total", "Records authored on this node.", func(v *nv) int64 { return v.c.Authored }),
+			counter("cmbnode_cmbs_received_total", "Records received from peers on every path (gossip, fetch, catch-up).", func(v *nv) int64 { return v.c.Received }),
+			counter("cmbnode_cmbs_accepted_total", "Received records stored for the first time.", func(v *nv) int64 { return v.c.Accepted }),
+			counter("cmbnode_cmbs_duplicates_total", "Received records already held.", func(v *nv) int64 { return v.c.Duplicates }),
+			counter("cmbnode_cmbs_relayed_total", "Valid records directed to another member: relayed, never stored.", func(v *nv) int64 { return v.c.Relayed }),
+			counter("cmbnode_key_conflicts_total", "Authors or peers presenting a key other than the pinned one.", func(v *nv) int64 { return v.c.KeyConflicts }),
+			counter("cmbnode_keys_replaced_total", "Author keys known only from gossip that a handshake replaced.", func(v *nv) int64 { return v.c.KeysReplaced }),
+			counter("cmbnode_cmbs_quarantined_total", "Records quarantined because the author key they were admitted under was replaced.", func(v *nv) int64 { return v.c.Quarantined }),
+			counter("cmbnode_cmbs_fetched_total", "Records obtained by fetching a missing parent.", func(v *nv) int64 { return v.c.Fetched }),
+			counter("cmbnode_cmbs_caught_up_total", "Records obtained by catch-up.", func(v *nv) int64 { return v.c.CaughtUp }),
+			gauge("cmbnode_store_cmbs", "Records held in the store.", func(v *nv) int64 { return int64(v.cmbs) }),
+			counter("cmbnode_event_subscribers_dropped_total", "Local event listeners dropped for falling behind.", func(v *nv) int64 { return v.dropped }),
+		},
+		rejected: prometheus.NewDesc("cmbnode_cmbs_rejected_total", "Rejected records and handshakes, by reason.", []string{"reason"}, nil),
+		mesh: []scalar[ms]{
+			gauge("cmbnode_peers", "Handshaken peers of the group.", func(s *ms) int64 { return int64(s.Peers) }),
+			gauge("cmbnode_pending_parents", "Missing parents waiting to be fetched.", func(s *ms) int64 { return int64(s.PendingParents) }),
+			counter("cmbnode_handshakes_total", "Completed /mmp/1.1.0 handshakes.", func(s *ms) int64 { return s.Handshakes }),
+			counter("cmbnode_handshakes_failed_total", "Refused or failed handshakes.", func(s *ms) int64 { return s.HandshakesFailed }),
+			counter("cmbnode_group_mismatches_total", "Handshakes from peers of another group.", func(s *ms) int64 { return s.GroupMismatches }),
+			counter("cmbnode_gossip_published_total", "Records published on the group topic.", func(s *ms) int64 { return s.Published }),
+			counter("cmbnode_gossip_unadmitted_total", "Gossip from peers not handshaken into the group, ignored.", func(s *ms) int64 { return s.GossipUnadmitted }),
+			counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", func(s *ms) int64 { return s.FetchesServed }),
+			counter("cmbnode_catchup_rounds_total", "Catch-up reconciliations run.", func(s *ms) int64 { return s.CatchUpRounds }),
+			counter("cmbnode_peerinfo_dials_total", "Dials started for peers learned from peer-info.", func(s *ms) int64 { return s.PeerInfoDials }),
+			counter("cmbnode_peerinfo_dials_dropped_total", "Peers learned from peer-info not dialled because a bound was reached.", func(s *ms) int64 { return s.PeerInfoDialsDropped }),
+			gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", func(s *ms) int64 { return int64(s.GossipMesh) }),
+			gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", func(s *ms) int64 { return int64(s.GossipGraylisted) }),
+		},
+		gDropped: prometheus.NewDesc("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", []string{"reason"}, nil),
 	}
 }
 
-func (w *Writer) printf(format string, a ...any) {
-	if w.err == nil {
-		_, w.err = fmt.Fprintf(w.w, format, a...)
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, s := range c.node {
+		ch <- s.desc
 	}
+	ch <- c.rejected
+	if c.m == nil {
+		return
+	}
+	for _, s := range c.mesh {
+		ch <- s.desc
+	}
+	ch <- c.gDropped
 }
 
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	v := nodeView{c: c.n.Counters.Snapshot(), cmbs: c.n.Store().Count(), dropped: c.n.Events().Dropped()}
+	for _, s := range c.node {
+		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, float64(s.get(&v)))
+	}
+	for reason, n := range v.c.Rejected {
+		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), reason)
+	}
+	if c.m == nil {
+		return
+	}
+	ms := c.m.Stats()
+	for _, s := range c.mesh {
+		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, float64(s.get(&ms)))
+	}
+	for reason, n := range ms.GossipDropped {
+		ch <- prometheus.MustNewConstMetric(c.gDropped, prometheus.CounterValue, float64(n), reason)
+	}
 }
 
 // Server is a running metrics endpoint.

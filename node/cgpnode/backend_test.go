@@ -1,19 +1,38 @@
-package node
+package cgpnode
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"testing"
 
+	"cmbnode/cmb"
+	"cmbnode/node"
 	"cmbnode/node/cgp"
+	"cmbnode/node/identity"
 )
 
-func TestCGPBackendServesTheStore(t *testing.T) {
+func fields(focus string) cmb.Fields {
+	var f cmb.Fields
+	f[cmb.Focus].Text = focus
+	return f
+}
+
+func TestBackendServesTheStore(t *testing.T) {
 	ctx := context.Background()
-	n, _ := openNode(t, "alice", "alpha")
+	home := t.TempDir()
+	id, err := identity.Create(home, "alice", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(node.Options{Home: home, Group: "alpha", Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
 	var root string
 	for i := 0; i < 20; i++ {
-		res, err := n.Remember(ctx, RememberInput{Fields: fields(fmt.Sprintf("parser rollout step %d", i))})
+		res, err := n.Remember(ctx, node.RememberInput{Fields: fields(fmt.Sprintf("parser rollout step %d", i))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -21,8 +40,8 @@ func TestCGPBackendServesTheStore(t *testing.T) {
 			root = res.Key
 		}
 	}
-	child, _ := n.Remember(ctx, RememberInput{Fields: fields("rollout finished, zebra"), Parents: []string{root}})
-	eng, err := cgp.NewEngine(cgp.Config{Backend: n.CGPBackend(), Group: n.Group(), SigningKey: n.Identity().Ed25519})
+	child, _ := n.Remember(ctx, node.RememberInput{Fields: fields("rollout finished, zebra"), Parents: []string{root}})
+	eng, err := cgp.NewEngine(cgp.Config{Backend: NewBackend(n), Group: n.Group(), SigningKey: n.Identity().Ed25519})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +73,12 @@ func TestCGPBackendServesTheStore(t *testing.T) {
 	if len(res.Frames) != 1 || !res.Truncated || res.DroppedEstimate == nil || *res.DroppedEstimate == 0 {
 		t.Fatalf("budget of 1 frame: %d frames, truncated %v", len(res.Frames), res.Truncated)
 	}
-	rec, ok, err := n.CGPBackend().Get(ctx, child.Key)
+	b := NewBackend(n)
+	rec, ok, err := b.Get(ctx, child.Key)
 	if err != nil || !ok || rec.AuthorName != "alice" || len(rec.Parents) != 1 {
 		t.Fatalf("get: %+v %v %v", rec, ok, err)
 	}
-	if _, ok, _ := n.CGPBackend().Get(ctx, "cmb1-"+fmt.Sprintf("%064d", 0)); ok {
+	if _, ok, _ := b.Get(ctx, "cmb1-"+fmt.Sprintf("%064d", 0)); ok {
 		t.Fatal("missing record reported held")
 	}
 }

@@ -1,4 +1,4 @@
-package provider
+package cgpnode
 
 import (
 	"crypto/rand"

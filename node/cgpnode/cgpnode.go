@@ -1,8 +1,8 @@
-// Package provider wires the Context Graph Protocol engine (node/cgp) to the
-// running node: the engine over the node's store, the daemon socket's
-// `query`/`verify` handler, the HTTP binding, and the remote that the
-// `cmbnode cgp` stdio shim relays through.
-package provider
+// Package cgpnode adapts the node to the Context Graph Protocol (node/cgp):
+// the backend and engine over the node's records, the daemon socket's
+// `query`/`verify` handler, the HTTP binding and its bearer token, and the
+// remote that the `cmbnode cgp` stdio shim relays through.
+package cgpnode
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,7 +35,7 @@ func Config(n *node.Node, id *identity.Identity, version string, log *slog.Logge
 		c.SigningKey = id.Ed25519
 	}
 	if n != nil {
-		c.Backend = n.CGPBackend()
+		c.Backend = NewBackend(n)
 		c.Group = n.Group()
 	}
 	return c
@@ -208,10 +209,19 @@ func (r *SocketRemote) Close() error {
 	return nil
 }
 
-// ServeStdio runs the `cmbnode cgp` shim: the handshake is answered here
-// (with the node's attester key when its identity is readable), queries and
-// verifies go to the daemon at socket. It opens no network connection.
-func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, id *identity.Identity, socket, version string, log *slog.Logger) error {
+// ServeStdio runs the `cmbnode cgp` shim for home: the handshake is
+// answered here, queries and verifies go to the daemon at socket. It opens
+// no network connection. The identity only supplies the attester key for
+// the handshake; without a readable one the shim still answers (publishing
+// no key), and queries report the missing daemon.
+func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, home, socket, version string, log *slog.Logger) error {
+	id, err := identity.Load(home)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("identity unreadable; the handshake will publish no attester key", "err", err)
+		}
+		id = nil
+	}
 	ack, err := cgp.AckFor(Config(nil, id, version, log))
 	if err != nil {
 		return fmt.Errorf("build CGP handshake: %w", err)

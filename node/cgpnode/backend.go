@@ -1,4 +1,4 @@
-package node
+package cgpnode
 
 import (
 	"context"
@@ -6,36 +6,38 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"cmbnode/cmb"
+	"cmbnode/node"
 	"cmbnode/node/cgp"
-	"cmbnode/store"
 )
 
-// CGPBackend serves the node's store to the Context Graph Protocol engine.
-type CGPBackend struct{ n *Node }
+// Backend serves a node's records to the Context Graph Protocol engine.
+type Backend struct {
+	n     *node.Node
+	cache decodedCache
+}
 
-var _ cgp.Backend = CGPBackend{}
+var _ cgp.Backend = (*Backend)(nil)
 
-// CGPBackend returns the node's store as a cgp.Backend.
-func (n *Node) CGPBackend() CGPBackend { return CGPBackend{n} }
+// NewBackend returns n's records as a cgp.Backend.
+func NewBackend(n *node.Node) *Backend { return &Backend{n: n} }
 
 // Search ranks with the store's BM25 and maps the result onto the engine's
 // [0,1] score: text relevance relative to the best hit, blended with recency
 // relative to the newest record held (cgp.RankScore), so a query's ranking
 // does not drift with the wall clock.
-func (b CGPBackend) Search(ctx context.Context, text string, opts cgp.SearchOptions) (cgp.SearchResult, error) {
+func (b *Backend) Search(ctx context.Context, text string, opts cgp.SearchOptions) (cgp.SearchResult, error) {
 	limit := max(opts.Limit, 1)
-	so := store.SearchOptions{Limit: limit + 1}
+	var asOf time.Time
 	if opts.AsOf != nil {
-		so.AsOf = *opts.AsOf
+		asOf = *opts.AsOf
 	}
-	hits, err := b.n.st.Search(ctx, text, so)
+	hits, err := b.n.SearchText(ctx, text, limit+1, asOf)
 	if err != nil {
-		return cgp.SearchResult{}, fmt.Errorf("search store: %w", err)
+		return cgp.SearchResult{}, err
 	}
 	// One hit beyond the limit proves more matched than are returned: a
 	// lower bound for Total keeps `truncated` honest without counting all.
@@ -49,67 +51,50 @@ func (b CGPBackend) Search(ctx context.Context, text string, opts cgp.SearchOpti
 	}
 	var best float64
 	for _, h := range hits {
-		best = max(best, h.Text)
+		best = max(best, h.Relevance)
 	}
-	newest, err := b.newest(ctx)
+	newest, err := b.n.Newest(ctx)
 	if err != nil {
 		return cgp.SearchResult{}, err
 	}
 	for _, h := range hits {
 		rel := 0.0
 		if best > 0 {
-			rel = h.Text / best
+			rel = h.Relevance / best
 		}
-		res.Hits = append(res.Hits, cgp.Hit{Key: h.Key, Score: cgp.RankScore(rel, time.UnixMilli(h.CreatedAt), newest)})
+		res.Hits = append(res.Hits, cgp.Hit{Key: h.Key, Score: cgp.RankScore(rel, h.CreatedAt, newest)})
 	}
 	return res, nil
 }
 
-func (b CGPBackend) newest(ctx context.Context) (time.Time, error) {
-	kt, err := b.n.st.Recent(ctx, "", 1)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("newest record: %w", err)
-	}
-	if len(kt) == 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(kt[0].CreatedAt), nil
-}
-
 // Get returns one held record as the engine's view. The store is read every
 // time (the record may have been purged, its stored time is local); what is
-// derived from the record's bytes alone comes from the node's cache.
-func (b CGPBackend) Get(ctx context.Context, key string) (cgp.Record, bool, error) {
-	r, err := b.n.st.Get(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
+// derived from the record's bytes alone comes from the backend's cache. A
+// quarantined record is not held, as far as CGP is concerned.
+func (b *Backend) Get(ctx context.Context, key string) (cgp.Record, bool, error) {
+	r, err := b.n.GetRaw(ctx, key)
+	if errors.Is(err, node.ErrNotFound) {
 		return cgp.Record{}, false, nil
 	}
 	if err != nil {
-		return cgp.Record{}, false, fmt.Errorf("read %s: %w", key, err)
-	}
-	if r.Meta.Quarantined {
-		return cgp.Record{}, false, nil
+		return cgp.Record{}, false, err
 	}
 	sum := sha256.Sum256(r.Raw)
-	d, ok := b.n.cgpCache.get(key, &sum)
+	d, ok := b.cache.get(key, &sum)
 	if !ok {
 		if d, err = decodeForCGP(r.Raw); err != nil {
 			return cgp.Record{}, false, fmt.Errorf("stored record %s does not decode: %w", key, err)
 		}
 		d.sum = sum
-		b.n.cgpCache.put(key, d)
+		b.cache.put(key, d)
 	}
 	out := d.rec
 	// Callers own what they get: nothing shared with the cache.
 	out.Parents = slices.Clone(d.rec.Parents)
 	out.Fields.Valence, out.Fields.Arousal = clonePtr(d.rec.Fields.Valence), clonePtr(d.rec.Fields.Arousal)
-	if strings.EqualFold(out.CreatedBy, b.n.id.NodeID) {
-		out.AuthorName = b.n.id.Name
-	} else if p, err := b.n.st.GetPeer(ctx, strings.ToLower(out.CreatedBy)); err == nil {
-		out.AuthorName = p.Name
-	}
-	out.StoredAt, out.Raw, out.RawDigest = r.Meta.StoredAt, r.Raw, d.digest
-	out.KeyUnconfirmed = !b.n.keyConfirmed(ctx, out.CreatedBy, r.Meta.Source)
+	out.AuthorName = b.n.AuthorName(ctx, out.CreatedBy)
+	out.StoredAt, out.Raw, out.RawDigest = r.StoredAt, r.Raw, d.digest
+	out.KeyUnconfirmed = !b.n.KeyConfirmed(ctx, out.CreatedBy, r.Source)
 	return out, true, nil
 }
 
@@ -197,11 +182,7 @@ func (c *decodedCache) putLocked(key string, d *decodedRecord) {
 	c.cur[key] = d
 }
 
-// Children lists held records naming key as a parent.
-func (b CGPBackend) Children(ctx context.Context, key string) ([]string, error) {
-	c, err := b.n.st.Children(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("children of %s: %w", key, err)
-	}
-	return slices.DeleteFunc(c, b.n.st.IsQuarantined), nil
+// Children lists held, unquarantined records naming key as a parent.
+func (b *Backend) Children(ctx context.Context, key string) ([]string, error) {
+	return b.n.Children(ctx, key)
 }
