@@ -173,12 +173,17 @@ func (n *Node) getMesh() Mesh {
 	return n.mesh
 }
 
-// Identity, Group, Store and Events expose the parts adapters need.
+// Identity, Group and Events expose the parts adapters need.
 func (n *Node) Identity() *identity.Identity { return n.id }
 func (n *Node) Group() string                { return n.group }
-func (n *Node) Store() *store.Store          { return n.st }
 func (n *Node) Events() *events.Bus          { return n.bus }
 func (n *Node) Logger() *slog.Logger         { return n.log }
+
+// Store is the node's store, for tests and offline tools that inspect what
+// it holds. Adapters go through the node's methods, which apply its rules
+// (what is surfaced, what may be served to whom); no production package
+// outside node calls it.
+func (n *Node) Store() *store.Store { return n.st }
 
 // RememberInput is what an agent asks the node to author.
 type RememberInput struct {

@@ -95,3 +95,16 @@ func (n *Node) Children(ctx context.Context, key string) ([]string, error) {
 	}
 	return slices.DeleteFunc(c, n.st.IsQuarantined), nil
 }
+
+// Purge applies retention: records older than olderThan go, unless they
+// are kept or a held record's lineage still references them.
+func (n *Node) Purge(ctx context.Context, olderThan time.Duration) (store.PurgeResult, error) {
+	res, err := n.st.Purge(ctx, olderThan)
+	if err != nil {
+		return res, fmt.Errorf("retention purge: %w", err)
+	}
+	return res, nil
+}
+
+// Count is the number of records held, quarantined ones included.
+func (n *Node) Count() int { return n.st.Count() }

@@ -347,7 +347,7 @@ func retain(ctx context.Context, n *node.Node, retention time.Duration, log *slo
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		res, err := n.Store().Purge(ctx, retention)
+		res, err := n.Purge(ctx, retention)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Error("retention purge failed", "err", err)

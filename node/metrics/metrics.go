@@ -156,7 +156,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	v := nodeView{c: c.n.Counters.Snapshot(), cmbs: c.n.Store().Count(), dropped: c.n.Events().Dropped()}
+	v := nodeView{c: c.n.Counters.Snapshot(), cmbs: c.n.Count(), dropped: c.n.Events().Dropped()}
 	for _, s := range c.node {
 		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, float64(s.get(&v)))
 	}
