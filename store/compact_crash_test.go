@@ -146,7 +146,7 @@ func pointersResolve(s *Store) error {
 			if err != nil {
 				return err
 			}
-			if _, err := s.recordBytes(v); err != nil {
+			if _, err := s.readPointer(v); err != nil {
 				return fmt.Errorf("record %s: %w", it.Item().Key()[1:], err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,7 @@ type Options struct {
 	// MemTableBytes sizes each badger memtable (default 16 MiB).
 	MemTableBytes int64
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
-	// purged records' space is given back (default 64 MiB).
+	// compactValueLog gives space back (default 64 MiB).
 	ValueLogFileBytes int64
 
 	// onCompactStep, if set, is called after each step of log compaction
@@ -132,16 +133,26 @@ var (
 	ErrInvalid    = errors.New("invalid entry")
 )
 
-// formatVersion 3 keeps records in the log segments, badger only pointers
-// to them (format 2 kept them in badger, and they stay readable there).
-// Format 2 kept the time, group and author orders in memory, where format 1
-// had them in badger: a format 1 store is upgraded at Open by dropping its
-// order keys.
-const (
-	formatVersion   = "cmbnode-store-3"
-	formatVersionV2 = "cmbnode-store-2"
-	formatVersionV1 = "cmbnode-store-1"
-)
+// formatVersion names the layout this build reads and writes: records in
+// the log segments, badger holding a pointer to each. Open refuses a store
+// marked with any other format (*FormatError) before it writes anything.
+const formatVersion = "cmbnode-store-3"
+
+// FormatError means the store holds a format other than the one this build
+// reads. Older is set when Found is an earlier format of this store (the
+// development formats that preceded Want, which no release reads); any
+// other marker was written by a newer build or by something that is not
+// cmbnode.
+type FormatError struct {
+	Dir   string
+	Found string
+	Want  string
+	Older bool
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("store %s has format %q, this build reads %q", e.Dir, e.Found, e.Want)
+}
 
 // Store is an open store. All methods are safe for concurrent use.
 type Store struct {
@@ -166,9 +177,6 @@ type Store struct {
 	// applying them to badger: tests use it to stand for a power loss that
 	// took badger's unsynced pages, which replay must restore.
 	lostBadgerWrites bool
-	// inlineRecords makes the syncer store records in badger, as format 2
-	// did (tests of what such stores hold).
-	inlineRecords bool
 	// checkpointing, if set, is called as a checkpoint starts (tests).
 	checkpointing func()
 	// failed is set once a log write, sync or badger apply failed.
@@ -251,12 +259,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithNumCompactors(2).
-		// Records (about 1 KB) go to the value log, so the LSM tree holds
-		// only keys and pointers: flushes and compactions no longer rewrite
-		// and recompress every record several times. That was ~40% of a
-		// put's CPU (181 vs 111 µs per put with 8 writers over 100k
-		// records); index keys, with empty values, stay in the tree.
-		// Purged records' space comes back through compactValueLog.
+		// Roster entries go to the value log; record pointers and index
+		// keys, all smaller, stay in the tree. Superseded entries' space
+		// comes back through compactValueLog.
 		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(opts.ValueLogFileBytes).
 		WithMetricsEnabled(false)
@@ -278,22 +283,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		walLimit:  walCheckpoint,
 		applyIdle: applyIdle,
 	}
-	v1, err := s.checkFormat()
-	if err != nil {
+	if err := s.checkFormat(); err != nil {
 		db.Close()
-		return nil, err
+		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	if err := s.recover(); err != nil {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, err)
-	}
-	if v1 {
-		// After the replay, which may bring order keys back from the log.
-		if err := s.upgradeFromV1(); err != nil {
-			s.log.close()
-			db.Close()
-			return nil, classifyOpenErr(dir, opts.Home, err)
-		}
 	}
 	if err := s.load(context.Background()); err != nil {
 		s.log.close()
@@ -369,12 +365,8 @@ func badgerDamage(err error) bool {
 // recover applies again the frames logged since the replay mark (writes
 // acknowledged since the last checkpoint, which badger may have lost with
 // the page cache), makes badger durable and opens the newest log segment
-// for appending after its last whole frame. A format 2 store's own log is
-// applied first and removed.
+// for appending after its last whole frame.
 func (s *Store) recover() error {
-	if err := s.replayLegacyWAL(); err != nil {
-		return err
-	}
 	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}}
 	s.log = l
 	if err := s.replaySegments(l); err != nil {
@@ -452,7 +444,7 @@ func (s *Store) replaySegments(l *segLog) error {
 			start = markOff
 		}
 		frame := 0
-		stop, err := scanFrames(f, segFrames, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
+		stop, err := scanFrames(f, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
 			frame++
 			ops, err := decodeOps(p, n, payOff)
 			if err == nil {
@@ -486,84 +478,43 @@ func (s *Store) replaySegments(l *segLog) error {
 	return nil
 }
 
-// replayLegacyWAL applies the frames of a format 2 store's cmbnode.wal
-// (records in them go to badger whole, as that format kept them), makes
-// badger durable and removes the file.
-func (s *Store) replayLegacyWAL() error {
-	frames, found, err := readLegacyWAL(s.dir)
-	if err != nil || !found {
-		return err
-	}
-	for i, p := range frames {
-		ops, err := decodeOps(p, 0, 0)
-		if err == nil {
-			err = applyOps(s.db, ops)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: replaying frame %d of %s: %v", ErrCorrupted, i, legacyWALName, err)
-		}
-	}
-	if err := syncBadger(s.db, s.dir); err != nil {
-		return err
-	}
-	if err := os.Remove(filepath.Join(s.dir, legacyWALName)); err != nil {
-		return fmt.Errorf("removing old write-ahead log: %w", err)
-	}
-	return syncDir(s.dir)
-}
-
 var formatKey = []byte{pMeta, 'v'}
 
-// checkFormat marks a new store with formatVersion and refuses one written
-// in a format this build does not know; v1 reports a store to upgrade. A
-// format 2 store is marked format 3 at once, durably, before the first
-// record pointer: its records stay readable where they are.
-func (s *Store) checkFormat() (v1 bool, err error) {
-	v2 := false
-	err = s.db.Update(func(txn *badger.Txn) error {
+// checkFormat marks a new store with formatVersion and refuses, with a
+// *FormatError and without writing, one marked with another format.
+func (s *Store) checkFormat() error {
+	var found []byte
+	err := s.db.View(func(txn *badger.Txn) error {
 		it, err := txn.Get(formatKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set(formatKey, []byte(formatVersion))
+			return nil
+		}
+		if err == nil {
+			found, err = it.ValueCopy(nil)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
-		}
-		v, err := it.ValueCopy(nil)
-		if err != nil {
-			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
-		}
-		switch string(v) {
-		case formatVersion:
-		case formatVersionV2:
-			v2 = true
-			return txn.Set(formatKey, []byte(formatVersion))
-		case formatVersionV1:
-			v1 = true
-		default:
-			return fmt.Errorf("%w: %s has format %q, this build reads %q", ErrCorrupted, s.dir, v, formatVersion)
 		}
 		return nil
 	})
-	if err == nil && v2 {
-		if err = syncBadger(s.db, s.dir); err != nil {
-			err = fmt.Errorf("upgrading store format: %w", err)
-		}
+	switch {
+	case err != nil:
+		return err
+	case found == nil:
+		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+	case string(found) != formatVersion:
+		return &FormatError{Dir: s.dir, Found: string(found), Want: formatVersion, Older: olderFormat(string(found))}
 	}
-	return v1, err
+	return nil
 }
 
-// upgradeFromV1 drops the order keys format 1 kept in badger, then marks the
-// store as format 3, durably. Interrupted, it runs again at the next Open.
-func (s *Store) upgradeFromV1() error {
-	if err := s.db.DropPrefix([]byte{pTime}, []byte{pGroup}, []byte{pAuthor}); err != nil {
-		return fmt.Errorf("upgrading store format: %w", err)
-	}
-	if err := s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(formatKey, []byte(formatVersion))
-	}); err != nil {
-		return fmt.Errorf("upgrading store format: %w", err)
-	}
-	return syncBadger(s.db, s.dir)
+// olderFormat reports whether v names a format of this store before
+// formatVersion ("cmbnode-store-N" with a smaller N).
+func olderFormat(v string) bool {
+	const prefix = "cmbnode-store-"
+	n, err := strconv.Atoi(strings.TrimPrefix(v, prefix))
+	want, _ := strconv.Atoi(strings.TrimPrefix(formatVersion, prefix))
+	return strings.HasPrefix(v, prefix) && err == nil && n >= 1 && n < want
 }
 
 // load counts records and rebuilds the in-memory text index from them.
@@ -604,9 +555,6 @@ func (s *Store) load(ctx context.Context) error {
 			item := it.Item()
 			key := string(item.Key()[1:])
 			err := item.Value(func(v []byte) error {
-				if !isPtr(v) {
-					return add(key, v)
-				}
 				p, err := decodePtr(v)
 				if err != nil {
 					return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)

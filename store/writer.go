@@ -108,7 +108,8 @@ type wtx struct {
 // count records a change to the number of stored records.
 func (t *wtx) count(delta int64) { t.delta += delta }
 
-// get returns a copy of key's current value.
+// get returns a copy of key's current value; for a record key, the record
+// its pointer leads to.
 func (t *wtx) get(key []byte) ([]byte, bool, error) {
 	if e, ok := t.w.ov[string(key)]; ok {
 		if e.del {
@@ -124,8 +125,8 @@ func (t *wtx) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	v, err := it.ValueCopy(nil)
-	if err == nil {
-		v, err = t.w.s.recordBytes(v)
+	if err == nil && key[0] == pRec {
+		v, err = t.w.s.readPointer(v)
 	}
 	return v, err == nil, err
 }
@@ -439,7 +440,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			seg, at := s.log.seg, s.log.payloadOff()
 			for i := range b.ops {
 				op := &b.ops[i]
-				if !op.isRecordSet() || s.inlineRecords {
+				if !op.isRecordSet() {
 					payload = appendOp(payload, *op)
 					continue
 				}
@@ -668,15 +669,6 @@ func (s *Store) readPointer(v []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 	}
 	return s.log.read(p)
-}
-
-// recordBytes returns a record value as badger holds it, following a
-// pointer into the log.
-func (s *Store) recordBytes(v []byte) ([]byte, error) {
-	if isPtr(v) {
-		return s.readPointer(v)
-	}
-	return v, nil
 }
 
 // syncBadger makes every write badger has accepted durable: its active
