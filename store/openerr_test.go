@@ -22,7 +22,7 @@ func closedStore(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.walLimit = 1 // the first frame fills the segment: a checkpoint starts segment 2
+	s.opts.hooks.walLimit = 1 // the first frame fills the segment: a checkpoint starts segment 2
 	mustPut(t, s, mkEntry("x", testBase, "in segment 1"))
 	settle(t, s)
 	if err := s.Close(); err != nil {

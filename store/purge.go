@@ -221,7 +221,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 	})
 }
 
-// compactStep names a point in compactSegments that Options.onCompactStep
+// compactStep names a point in compactSegments that testHooks.compactStep
 // sees.
 type compactStep int
 
@@ -239,10 +239,10 @@ const (
 )
 
 func (s *Store) compacted(step compactStep, seg uint32) error {
-	if s.opts.onCompactStep == nil {
-		return nil
+	if f := s.opts.hooks.compactStep; f != nil {
+		return f(step, seg)
 	}
-	return s.opts.onCompactStep(step, seg)
+	return nil
 }
 
 // compactSegments gives back the space of deleted records in the log.

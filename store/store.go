@@ -70,19 +70,22 @@ type Record struct {
 	Meta Meta
 }
 
-// Options tunes Open. The zero value is usable.
+// Options tunes Open. Open gives every field left zero (or, for the
+// numbers, zero or less) its value in DefaultOptions, so the zero value is
+// usable.
 type Options struct {
-	// Home names the node's home directory in error messages (defaults to the
-	// parent of the store directory).
+	// Home names the node's home directory in errors (default: the parent
+	// of the store directory).
 	Home string
 	// Logger receives badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
-	// Now is the clock used for StoredAt defaults and age-based purge.
+	// Now is the clock used for StoredAt defaults and age-based purge
+	// (default time.Now).
 	Now func() time.Time
 	// MaxClockSkew is how far a record's createdAt may lie after its
 	// arrival (Meta.StoredAt) and still be its time in the time orders, in
-	// Search and for retention (zero or less: DefaultMaxClockSkew). A
-	// record dated further ahead takes its arrival time there instead; its
+	// Search and for retention (default DefaultMaxClockSkew). A record
+	// dated further ahead takes its arrival time there instead; its
 	// createdAt and bytes are kept and returned as signed.
 	MaxClockSkew time.Duration
 	// MaxBatch caps how many pending writes share one commit (default 1024).
@@ -95,14 +98,56 @@ type Options struct {
 	// compactValueLog gives space back (default 64 MiB).
 	ValueLogFileBytes int64
 
-	// onCompactStep, if set, is called after each step of log compaction
-	// (compactSegments) with the step and the segment; an error stops the
-	// compaction there. Tests crash the store at each step with it.
-	onCompactStep func(step compactStep, seg uint32) error
+	// hooks are set only by tests (hooks.go).
+	hooks *testHooks
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when unset.
 const DefaultMaxClockSkew = 5 * time.Minute
+
+// DefaultOptions returns the settings Open uses for the fields left zero.
+// Home has no default of its own: it depends on the store directory.
+func DefaultOptions() Options {
+	return Options{
+		Now:               time.Now,
+		MaxClockSkew:      DefaultMaxClockSkew,
+		MaxBatch:          1024,
+		BlockCacheBytes:   32 << 20,
+		MemTableBytes:     16 << 20,
+		ValueLogFileBytes: 64 << 20,
+	}
+}
+
+// withDefaults returns o with every unset field set as DefaultOptions (and,
+// for Home, the parent of dir) has it.
+func (o Options) withDefaults(dir string) Options {
+	def := DefaultOptions()
+	if o.Home == "" {
+		o.Home = filepath.Dir(filepath.Clean(dir))
+	}
+	if o.Now == nil {
+		o.Now = def.Now
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = def.MaxClockSkew
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = def.MaxBatch
+	}
+	if o.BlockCacheBytes <= 0 {
+		o.BlockCacheBytes = def.BlockCacheBytes
+	}
+	if o.MemTableBytes <= 0 {
+		o.MemTableBytes = def.MemTableBytes
+	}
+	if o.ValueLogFileBytes <= 0 {
+		o.ValueLogFileBytes = def.ValueLogFileBytes
+	}
+	if o.hooks == nil {
+		o.hooks = &testHooks{}
+	}
+	return o
+}
 
 // orderAt is a record's time in the time, group and author orders, in the
 // text index (Search's AsOf and recency) and for retention: its createdAt,
@@ -170,15 +215,6 @@ type Store struct {
 	// log is written only by the syncer goroutine (and Open/Close); it
 	// keeps the records (seglog.go).
 	log *segLog
-	// walLimit is how many bytes of frames trigger a checkpoint
-	// (walCheckpoint; tests lower it).
-	walLimit int64
-	// lostBadgerWrites makes the syncer log and acknowledge batches without
-	// applying them to badger: tests use it to stand for a power loss that
-	// took badger's unsynced pages, which replay must restore.
-	lostBadgerWrites bool
-	// checkpointing, if set, is called as a checkpoint starts (tests).
-	checkpointing func()
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
 	// batches/batched measure how well commits are shared.
@@ -198,9 +234,8 @@ type Store struct {
 	applied    watermark
 	// applyNow asks the syncer to apply its acknowledged batch at once,
 	// which it otherwise does beside the next frame write or after
-	// applyIdle (tests lengthen it).
-	applyNow  chan struct{}
-	applyIdle time.Duration
+	// applyIdle.
+	applyNow chan struct{}
 	// ackedSeq is the last batch whose callers were told it is durable.
 	ackedSeq atomic.Uint64
 	indexed  watermark
@@ -211,27 +246,7 @@ type Store struct {
 // Open opens (creating if needed) the store in dir. It refuses to open a
 // store another process holds and reports why in terms a user can act on.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.Home == "" {
-		opts.Home = filepath.Dir(filepath.Clean(dir))
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.MaxClockSkew <= 0 {
-		opts.MaxClockSkew = DefaultMaxClockSkew
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1024
-	}
-	if opts.BlockCacheBytes <= 0 {
-		opts.BlockCacheBytes = 32 << 20
-	}
-	if opts.MemTableBytes <= 0 {
-		opts.MemTableBytes = 16 << 20
-	}
-	if opts.ValueLogFileBytes <= 0 {
-		opts.ValueLogFileBytes = 64 << 20
-	}
+	opts = opts.withDefaults(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("creating store directory: %w", err))
 	}
@@ -270,18 +285,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:        db,
-		dir:       dir,
-		opts:      opts,
-		jobs:      make(chan *job, 4096),
-		closing:   make(chan struct{}),
-		applyNow:  make(chan struct{}, 1),
-		wdone:     make(chan struct{}),
-		idx:       newTextIndex(runtime.Gosched),
-		order:     newOrderIndex(),
-		trust:     newTrustState(),
-		walLimit:  walCheckpoint,
-		applyIdle: applyIdle,
+		db:       db,
+		dir:      dir,
+		opts:     opts,
+		jobs:     make(chan *job, 4096),
+		closing:  make(chan struct{}),
+		applyNow: make(chan struct{}, 1),
+		wdone:    make(chan struct{}),
+		idx:      newTextIndex(runtime.Gosched),
+		order:    newOrderIndex(),
+		trust:    newTrustState(),
 	}
 	if err := s.checkFormat(); err != nil {
 		db.Close()

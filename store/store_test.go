@@ -728,3 +728,19 @@ func mustSegments(t *testing.T, dir string) []uint32 {
 	}
 	return segs
 }
+
+// TestDefaultOptions: Open gives the fields left zero their values in
+// DefaultOptions, and the store's parent directory as Home.
+func TestDefaultOptions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "home", "store")
+	s := openTest(t, dir)
+	got, want := s.opts, DefaultOptions()
+	if got.Now == nil || want.Now == nil {
+		t.Fatal("no default clock")
+	}
+	got.Now, want.Now = nil, nil
+	want.Home, want.hooks = filepath.Dir(dir), got.hooks
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("options after Open %+v, want %+v", got, want)
+	}
+}

@@ -22,7 +22,7 @@ import (
 // badger's unsynced pages: replay must restore them.
 func loseBadgerWrites(s *Store) {
 	s.waitApplied(context.Background()) // writes acknowledged so far are in
-	s.lostBadgerWrites = true
+	s.opts.hooks.lostBadgerWrites = true
 }
 
 // crashWithoutBadger stops a store the way a power loss would leave it if
@@ -161,7 +161,7 @@ func TestWALCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	s := openTest(t, dir)
-	s.walLimit = 16 << 10
+	s.opts.hooks.walLimit = 16 << 10
 	seg, _ := s.log.current()
 	var keys []string
 	for i := range 300 {
@@ -177,7 +177,7 @@ func TestWALCheckpoints(t *testing.T) {
 	}
 	// Writes since the last checkpoint exist only in the log (and no
 	// checkpoint may follow them: badger does not have them).
-	s.walLimit = 1 << 40
+	s.opts.hooks.walLimit = 1 << 40
 	loseBadgerWrites(s)
 	for i := range 5 {
 		e := mkEntry(fmt.Sprintf("tail-%d", i), int64(5000+i), "after the last checkpoint")
@@ -287,13 +287,13 @@ func TestCheckpointAfterAcknowledgement(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir())
 	defer s.Close()
-	s.walLimit = 16 << 10
+	s.opts.hooks.walLimit = 16 << 10
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	// Jobs of the commits before the checkpoint, the one that filled the
 	// log included.
 	var due int64
-	s.checkpointing = func() {
+	s.opts.hooks.checkpointing = func() {
 		once.Do(func() {
 			due = s.batched.Load()
 			close(entered)
@@ -356,7 +356,7 @@ func TestSegmentsCompactAfterPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.walLimit = 256 << 10
+	s.opts.hooks.walLimit = 256 << 10
 	const n, keep = 3000, 200
 	c := newCorpus(11)
 	var kept []Entry
@@ -691,7 +691,7 @@ func within(t *testing.T, what string, d time.Duration, fn func() error) {
 func TestReadersAskForTheApply(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir())
-	s.applyIdle = time.Hour
+	s.opts.hooks.applyIdle = time.Hour
 	parent := mkEntry("parent", 1000, "alpha")
 	mustPut(t, s, parent)
 	var last Entry

@@ -417,7 +417,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		if pending == nil {
 			b, ok = <-in
 		} else {
-			idle.Reset(s.applyIdle)
+			idle.Reset(s.opts.hooks.idleApply())
 			select {
 			case b, ok = <-in:
 			case <-s.applyNow:
@@ -483,7 +483,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		pending = b
 		// The batch is durable in the log already: its callers need not
 		// wait for badger's sync (~25 ms) at a checkpoint.
-		if b.write && s.log.since >= s.walLimit {
+		if b.write && s.log.since >= s.opts.hooks.checkpointBytes() {
 			applyPending()
 			if err := s.checkpoint(); err != nil {
 				s.breakWith(err)
@@ -521,7 +521,7 @@ func (s *Store) applyLocked(b *batch) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	var err error
-	if write && !s.lostBadgerWrites {
+	if write && !s.opts.hooks.lostBadgerWrites {
 		err = applyOps(s.db, b.ops)
 	}
 	if write && err == nil {
@@ -603,8 +603,8 @@ func applyOps(db *badger.DB, ops []walOp) error {
 // checkpoint makes everything badger holds durable and starts a new log
 // segment, from which frames will be applied again after a crash.
 func (s *Store) checkpoint() error {
-	if s.checkpointing != nil {
-		s.checkpointing()
+	if f := s.opts.hooks.checkpointing; f != nil {
+		f()
 	}
 	if err := syncBadger(s.db, s.dir); err != nil {
 		return err
