@@ -167,8 +167,9 @@ func (s *Store) orderAt(r *Record) int64 {
 	return r.CreatedAt
 }
 
-// Errors returned by Open and the accessors. Open's errors wrap one of the
-// first three so callers can pick an exit message with errors.Is.
+// Errors returned by Open and the accessors. Open's errors match one of the
+// first three with errors.Is, or are a *FormatError, when there is
+// something for the user to do about them.
 var (
 	ErrLocked     = errors.New("store is locked by another process")
 	ErrPermission = errors.New("permission denied opening store")
@@ -177,6 +178,23 @@ var (
 	ErrClosed     = errors.New("store is closed")
 	ErrInvalid    = errors.New("invalid entry")
 )
+
+// LockedError means another process holds the store's lock: most likely a
+// cmbnode daemon running with the same home. It matches ErrLocked.
+type LockedError struct {
+	Dir  string // the store directory
+	Home string // the home it belongs to (Options.Home)
+	Err  error  // what the lock attempt returned
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%v: %s (home %s): %v", ErrLocked, e.Dir, e.Home, e.Err)
+}
+
+// Is makes errors.Is(err, ErrLocked) match.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+func (e *LockedError) Unwrap() error { return e.Err }
 
 // formatVersion names the layout this build reads and writes: records in
 // the log segments, badger holding a pointer to each. Open refuses a store
@@ -243,8 +261,10 @@ type Store struct {
 	loadedKeys map[string]struct{}
 }
 
-// Open opens (creating if needed) the store in dir. It refuses to open a
-// store another process holds and reports why in terms a user can act on.
+// Open opens (creating if needed) the store in dir. It refuses a store
+// another process holds (*LockedError), one of another format
+// (*FormatError) and one it finds damaged (ErrCorrupted); see
+// classifyOpenErr.
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -318,27 +338,29 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// classifyOpenErr says why Open failed in terms a user can act on. Only
-// damage found in the data (errors wrapping ErrCorrupted, and badger's
-// own reports of damaged files, badgerDamage) gets the advice to restore
-// from a peer or move the directory aside; any other failure (a file
+// classifyOpenErr sorts Open's failures by what the caller can do about
+// them: another process holding the store (*LockedError), permission
+// (ErrPermission), damage found in the data (ErrCorrupted: errors that
+// wrap it, and badger's own reports of damaged files, badgerDamage), a
+// store of another format (*FormatError, as it is). Anything else (a file
 // where the directory should be, too many open files, an I/O error) is
-// reported as what it is, its cause kept for errors.Is, since moving the
-// data away would not help and could lose it.
+// reported as what it is, its cause kept for errors.Is: it is not damage,
+// and moving the data away would not help and could lose it.
 func classifyOpenErr(dir, home string, err error) error {
 	msg := err.Error()
+	var fe *FormatError
 	switch {
 	case errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) ||
 		strings.Contains(msg, "Cannot acquire directory lock"):
-		return fmt.Errorf("%w: %s is in use (home %s); a cmbnode daemon may already be running with this home — stop it or use another --home: %v",
-			ErrLocked, dir, home, err)
+		return &LockedError{Dir: dir, Home: home, Err: err}
 	case errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "permission denied"):
-		return fmt.Errorf("%w: %s (home %s): check the directory's owner and mode: %v", ErrPermission, dir, home, err)
+		return fmt.Errorf("%w: %s (home %s): %v", ErrPermission, dir, home, err)
+	case errors.As(err, &fe):
+		return err
 	case errors.Is(err, ErrCorrupted):
-		return fmt.Errorf("opening %s (home %s): %w; restore from a peer or move the directory aside", dir, home, err)
+		return fmt.Errorf("opening %s (home %s): %w", dir, home, err)
 	case badgerDamage(err):
-		return fmt.Errorf("%w: opening %s (home %s): %w; restore from a peer or move the directory aside",
-			ErrCorrupted, dir, home, err)
+		return fmt.Errorf("%w: opening %s (home %s): %w", ErrCorrupted, dir, home, err)
 	default:
 		return fmt.Errorf("opening store %s (home %s): %w", dir, home, err)
 	}
@@ -347,7 +369,7 @@ func classifyOpenErr(dir, home string, err error) error {
 // badgerDamage reports whether err is badger (v4) saying that a file of
 // its own is damaged or missing. Badger exports sentinels for few of these
 // and, outside its debug mode, wraps errors into text (y.Wrap), so they
-// // are known by their messages too; TestOpenCorruptionFound damages the
+// are known by their messages too; TestOpenCorruptionFound damages the
 // files in the ways that provoke the commonest of them.
 func badgerDamage(err error) bool {
 	msg := err.Error()
