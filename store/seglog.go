@@ -26,9 +26,7 @@ import (
 // batch's records stay: badger holds, for each record, only a pointer to
 // its bytes in a segment (segPtr), so a record is written to disk once
 // and badger's value log and memtable see a few bytes per record instead
-// of a kilobyte. On the 2-core VM this was measured on, that took 20% of
-// the CPU of a durable put and raised 8 synchronous writers from ~22k to
-// ~27k puts/s (BenchmarkPut1KB).
+// of a kilobyte.
 //
 // Everything else a batch writes (lineage edges, the roster, deletes) is in
 // the frame too and is applied to badger whole. Badger runs without its own
