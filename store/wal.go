@@ -8,6 +8,9 @@ import (
 	"unsafe"
 )
 
+// A log frame (seglog.go) carries one batch as a sequence of operations,
+// encoded and decoded here, beside the helpers for durable writes.
+
 // alignedBuf returns n bytes of *buf starting at a walAlign boundary in
 // memory, as O_DIRECT requires, growing *buf when needed.
 func alignedBuf(buf *[]byte, n int) []byte {
