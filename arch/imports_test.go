@@ -74,7 +74,7 @@ var rules = []struct {
 	{"cmbnode/node/cgp", true, []string{"cmbnode/node", "cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/ipc", badger, libp2p}, "the CGP engine works on its Backend only"},
 	{"cmbnode/node/cgpnode", false, []string{"cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/daemon", badger, libp2p}, "the CGP adapter goes through the node"},
 	{"cmbnode/node/metrics", false, []string{"cmbnode/store", badger}, "metrics read the node and the mesh"},
-	{"cmbnode/cmd/cmbnode", false, []string{"cmbnode/store", "cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/metrics", "cmbnode/node/cgp", badger, libp2p}, "cmd parses, calls node/daemon or a client, and formats"},
+	{"cmbnode/cmd/cmbnode", false, []string{"cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/metrics", "cmbnode/node/cgp", badger, libp2p}, "cmd parses, calls node/daemon or a client, and formats"},
 }
 
 func TestImportBoundaries(t *testing.T) {

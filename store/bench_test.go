@@ -89,82 +89,12 @@ func (c *corpus) record(i int, at int64) Entry {
 }
 
 // BenchmarkPut1KB measures durable puts of ~1 KB records by synchronous
-// writers: each waits for its acknowledgement before the next put.
-//
-// The path a synchronous put waits on (writer.go): the caller encodes the
-// record; the writer goroutine checks for a duplicate and adds it to the
-// batch being built; the syncer writes the batch as one frame of the log
-// (seglog.go) with O_DIRECT|O_DSYNC, acknowledges the callers, then gives
-// badger a pointer to each record in that frame while they prepare their
-// next puts. Tokenising and the in-memory indexes run after that on the
-// indexer goroutine, so they cost CPU but not latency.
-//
-// On the 2-core VM this was tuned on (ext4 on a virtio disk, no FUA), the
-// device takes ~200 µs per 16 KB O_DSYNC write and each costs ~100 µs of
-// CPU; 8 writers' commits hold ~8 puts. Per put, in a CPU profile of 100k
-// puts (41 µs in all, a fast moment): ~14.6 indexing (tokenising, the text
-// index's delta and its merges, orders), ~6.5 the log write (a share of
-// one), ~4.3 badger (its skiplist, for a pointer), ~4.9 encoding and
-// submitting, ~2 writer, ~2 syncer, ~1.5 GC, the rest goroutine switches
-// and wake-ups. The VM's speed moves all of it: the same binary measured
-// 18-28k puts/s over a day.
-//
-// With records written once, CPU no longer sets the pace: with indexing
-// switched off altogether (a quarter less CPU per put) 8 pairs gained 5%
-// on average. The commit cycle does. Traced over 100k puts in a fast
-// stretch (~280 µs per commit): ~175-210 µs of frame write (~165-200 µs
-// when the VM is otherwise idle), then the acknowledged writers' next jobs
-// reach the writer 20-26 µs (the first) to 67-81 µs (the last) after the
-// acknowledgement. They are prepared one after another on the core that
-// acknowledged them: the other core halts when idle and takes ~45 µs to
-// wake. So badger gets a batch's pointers beside the next frame write, on
-// a goroutine of its own (~50 µs), which then hands the batch to the
-// indexer when that write returns (18 of 24 pairs faster than the syncer
-// handing it over after the acknowledgement, +5%; see syncer). Applied right after the acknowledgement
-// instead, the apply held that core: the first job came 53-60 µs after it
-// and the last 95-105 µs (20 pairs against that: 13 faster, +2% on
-// average; 1 writer +17-25%, 3 of 3 pairs; 8 x 8 in flight, where CPU
-// sets the pace, -3%, 6 of 10 pairs faster). Not kept: a goroutine spinning through the frame write to
-// keep the other core awake (4 of 6 pairs slower, by up to 22%, with
-// 6-23 µs more CPU per put);
-// two frames in flight again, at block boundaries (14k puts/s: 8 writers
-// stay in one group, and each write's completion is one more wake-up);
-// compressing each record (S2) before the write, for smaller frames
-// (nothing gained, 4 pairs); GOMAXPROCS=1 (19k against 24k) or 4 (no
-// faster, 3 pairs, 2-6 µs more CPU per put).
-//
-// The apply itself starts late: 46-49 µs into the frame write when the
-// other core is idle (its wake-up), 66-73 µs when the indexer holds that
-// core, as it does at 86-91% of writes; it ends after the write returns
-// at 20-25% of commits, and the syncer then waits ~50 µs for it (12 µs
-// otherwise, readying the applier). Not kept, 3 pairs each: starting the
-// apply at the acknowledgement (late 1%, but writes of 216-220 µs in 2 of
-// 3 runs, and 3 of 3 slower); one goroutine applying and indexing, looking
-// for an apply between records (late 4-5%, but 20.1-24.4k against
-// 23.8-27.3k).
-//
-// Where the time went before, and what was tried:
-//   - Records were written twice, to the log and into badger's value log
-//     (an mmap whose fresh pages fault in zero-filled, 8 MB of read-around
-//     at a time, stalling puts 20-50 ms); since each is written once, in
-//     the log, with badger holding pointers: ~22k -> ~27k puts/s, 20% less
-//     CPU per put, no such stalls.
-//   - The log grows in zero-filled 4 MB steps so that frame writes never
-//     allocate (an allocating O_DSYNC write also commits the journal).
-//     Steps are direct writes; filling them in the background instead
-//     cost CPU and slowed the frame writes it ran beside (4 of 4 pairs
-//     slower). A new segment per checkpoint (every 32 MB) means one step
-//     per ~3,600 puts, each stalling the commit in flight ~5 ms.
-//   - Not kept, each measured against the path of its day: two commits in
-//     flight in the log at once (groups of ~4 writers taking turns:
-//     16,800-20,700 against 21,900-26,200 puts/s, the extra log write per
-//     put costing more than the overlap gains); a second log file so that
-//     commits go on during a checkpoint (1 of 4 pairs faster); parking the
-//     indexer while writers prepare; indexing during the log write; a
-//     yield after each acknowledgement; the writer taking all queued jobs
-//     at once (4 of 11 pairs faster); values in badger's LSM tree instead
-//     of its value log (13-17k against 20-22k puts/s: compactions rewrite
-//     every record).
+// writers: each waits for its acknowledgement before the next put. Such a
+// put waits on the commit cycle (writer.go): its batch's frame written
+// durably to the log, then the acknowledged writers' next jobs reaching
+// the writer. Badger's apply and the indexes run off that path (beside the
+// next frame write, and on the indexer), so they cost CPU, reported beside
+// the rate, but not latency. docs/store.md has the figures measured with it.
 func BenchmarkPut1KB(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchPut(b, writers, 1, 1) })

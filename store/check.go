@@ -83,7 +83,7 @@ func (s *Store) Check(ctx context.Context) error {
 			key := string(item.Key()[1:])
 			var rec Record
 			if err := item.Value(func(v []byte) error {
-				v, err := s.recordBytes(v)
+				v, err := s.readPointer(v)
 				if err != nil {
 					return err
 				}
@@ -116,7 +116,7 @@ func (s *Store) Check(ctx context.Context) error {
 		it.Close()
 
 		// Every index entry belongs to a record that agrees with it.
-		for _, p := range []byte{pTime, pGroup, pAuthor, pChild, pRefBy} {
+		for _, p := range []byte{pChild, pRefBy} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{p}})
 			for it.Rewind(); it.Valid(); it.Next() {
 				k := it.Item().Key()
@@ -189,8 +189,6 @@ func set(l []string) map[string]struct{} {
 func checkIndexKey(k []byte, recs map[string]*recSummary) string {
 	body := k[1:]
 	switch k[0] {
-	case pTime, pGroup, pAuthor:
-		return "left over from format 1"
 	case pChild, pRefBy:
 		i := bytes.IndexByte(body, 0)
 		if i < 0 {
@@ -213,7 +211,7 @@ func checkIndexKey(k []byte, recs map[string]*recSummary) string {
 }
 
 func describeKey(k []byte) string {
-	name := map[byte]string{pTime: "time", pGroup: "group", pAuthor: "author", pChild: "child", pRefBy: "referenced-by"}[k[0]]
+	name := map[byte]string{pChild: "child", pRefBy: "referenced-by"}[k[0]]
 	body := slices.Clone(k[1:])
 	for i, c := range body {
 		if c == 0 {

@@ -18,9 +18,6 @@ const (
 	pPeer     = 'P' // P nodeId                       → peer JSON
 	pMeta     = 'M' // M name                         → store metadata
 	pSigner   = 'S' // S author                       → 1 (author has signed)
-	pTime     = 'T' // format 1 only: the time, group and author orders,
-	pGroup    = 'G' // which format 2 keeps in memory (order.go) and
-	pAuthor   = 'A' // drops at Open
 	recFormat = 1
 
 	maxKeyLen = 256

@@ -34,7 +34,7 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.walLimit = 64 << 10
+	s.opts.hooks.walLimit = 64 << 10
 	const n, every = 300, 15
 	c := newCorpus(12)
 	var kept []Entry
@@ -68,8 +68,8 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 		dir := t.TempDir()
 		copyDir(t, template, dir)
 		var s *Store
-		opts := Options{Now: func() time.Time { return now }, onCompactStep: func(step compactStep, seg uint32) error {
-			return hook(s, step, seg)
+		opts := Options{Now: func() time.Time { return now }, hooks: &testHooks{
+			compactStep: func(step compactStep, seg uint32) error { return hook(s, step, seg) },
 		}}
 		s, err := Open(dir, opts)
 		if err != nil {
@@ -77,7 +77,7 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 		}
 		// The last batch waits for its apply until something asks, so a
 		// step that needs badger to hold it must ask.
-		s.applyIdle = time.Hour
+		s.opts.hooks.applyIdle = time.Hour
 		_, err = s.Purge(ctx, time.Hour)
 		return s, err
 	}
@@ -106,7 +106,7 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 			calls := 0
 			s, err := run(func(s *Store, step compactStep, seg uint32) error {
 				if calls == 0 && lose {
-					s.lostBadgerWrites = true
+					s.opts.hooks.lostBadgerWrites = true
 				}
 				if !lose {
 					if err := pointersResolve(s); err != nil {
@@ -146,7 +146,7 @@ func pointersResolve(s *Store) error {
 			if err != nil {
 				return err
 			}
-			if _, err := s.recordBytes(v); err != nil {
+			if _, err := s.readPointer(v); err != nil {
 				return fmt.Errorf("record %s: %w", it.Item().Key()[1:], err)
 			}
 		}

@@ -31,7 +31,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	// Checkpoint every 1 MB of log instead of 32 MB, so that kills also
 	// land during checkpoints and right after a log restart.
-	s.walLimit = 1 << 20
+	s.opts.hooks.walLimit = 1 << 20
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
 	fmt.Fprintln(out, "ready")

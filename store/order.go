@@ -12,11 +12,10 @@ import (
 
 // orderIndex orders records by (time, key), the time being Store.orderAt
 // (createdAt, or the arrival of a record dated far ahead): all of them, per
-// group and per author. It lives in memory and is rebuilt from the records at Open,
-// like the text index, and for the same reason: kept in badger these were
-// three more keys per record, and writing them was about a quarter of a
-// put's CPU (89 vs 67 µs per 1 KB put with 8 writers). In memory an entry
-// costs a B-tree insert (~0.3 µs) and ~24 bytes per tree.
+// group and per author. It lives in memory and is rebuilt from the records
+// at Open, like the text index: in badger it would be three more keys to
+// write per record, where in memory an entry is a B-tree insert and a few
+// dozen bytes per tree.
 type orderIndex struct {
 	mu       sync.Mutex
 	all      *btree.BTreeG[KeyTime]

@@ -131,7 +131,7 @@ func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, e
 		if err := s.compactSegments(ctx); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
-		// Records stored by a format 2 store are in badger's value log.
+		// Superseded roster entries are in badger's value log.
 		if err := s.compactValueLog(ctx); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
@@ -140,10 +140,11 @@ func (s *Store) PurgeBefore(ctx context.Context, cutoffMs int64) (PurgeResult, e
 }
 
 // valueThreshold is the value size from which badger keeps a value in its
-// value log instead of the LSM tree: records go there, index keys do not.
+// value log instead of the LSM tree: roster entries go there; record
+// pointers and index keys do not.
 const valueThreshold = 256
 
-// compactValueLog gives back the value-log space of deleted records.
+// compactValueLog gives back the value-log space of superseded values.
 //
 // Badger's value-log GC copies a file's live values into the current log and
 // then deletes the file, and with SyncWrites off (as here, see Open) nothing
@@ -220,7 +221,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 	})
 }
 
-// compactStep names a point in compactSegments that Options.onCompactStep
+// compactStep names a point in compactSegments that testHooks.compactStep
 // sees.
 type compactStep int
 
@@ -238,10 +239,10 @@ const (
 )
 
 func (s *Store) compacted(step compactStep, seg uint32) error {
-	if s.opts.onCompactStep == nil {
-		return nil
+	if f := s.opts.hooks.compactStep; f != nil {
+		return f(step, seg)
 	}
-	return s.opts.onCompactStep(step, seg)
+	return nil
 }
 
 // compactSegments gives back the space of deleted records in the log.
@@ -285,9 +286,6 @@ func (s *Store) compactSegments(ctx context.Context) error {
 			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
-			}
-			if !isPtr(v) {
-				continue
 			}
 			p, err := decodePtr(v)
 			if err != nil {

@@ -41,7 +41,7 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 		if err != nil {
 			return err
 		}
-		if v, err = s.recordBytes(v); err != nil {
+		if v, err = s.readPointer(v); err != nil {
 			return err
 		}
 		var derr error

@@ -26,9 +26,7 @@ import (
 // batch's records stay: badger holds, for each record, only a pointer to
 // its bytes in a segment (segPtr), so a record is written to disk once
 // and badger's value log and memtable see a few bytes per record instead
-// of a kilobyte. On the 2-core VM this was measured on, that took 20% of
-// the CPU of a durable put and raised 8 synchronous writers from ~22k to
-// ~27k puts/s (BenchmarkPut1KB).
+// of a kilobyte.
 //
 // Everything else a batch writes (lineage edges, the roster, deletes) is in
 // the frame too and is applied to badger whole. Badger runs without its own
@@ -171,28 +169,17 @@ func readSegmentHeader(f *os.File, n uint32) (uint64, error) {
 	return binary.LittleEndian.Uint64(hdr[12:]), nil
 }
 
-// frameKind is what frames of one log look like: every log this store
-// reads frames them as [magic u32][payload len u32][nonce u64][crc32c u32]
-// and the payload, and the old cmbnode.wal (format CMBWAL02) padded each
-// to a multiple of walAlign.
-type frameKind struct {
-	magic  uint32
-	padded bool
-}
-
-var segFrames = frameKind{magic: segFrameMagic}
-
 // scanFrames calls fn with each valid frame's payload and the file offset
 // where the payload starts, from off until the first frame that does not
 // count, and returns where that frame starts.
-func scanFrames(f *os.File, kind frameKind, nonce uint64, off, size int64, fn func(payOff int64, payload []byte) error) (int64, error) {
+func scanFrames(f *os.File, nonce uint64, off, size int64, fn func(payOff int64, payload []byte) error) (int64, error) {
 	var fh [segFrameHdr]byte
 	for off+segFrameHdr <= size {
 		if _, err := f.ReadAt(fh[:], off); err != nil {
 			return off, fmt.Errorf("reading log frame: %w", err)
 		}
 		n := int64(binary.LittleEndian.Uint32(fh[4:]))
-		if binary.LittleEndian.Uint32(fh[:]) != kind.magic || binary.LittleEndian.Uint64(fh[8:]) != nonce ||
+		if binary.LittleEndian.Uint32(fh[:]) != segFrameMagic || binary.LittleEndian.Uint64(fh[8:]) != nonce ||
 			off+segFrameHdr+n > size {
 			break
 		}
@@ -207,9 +194,6 @@ func scanFrames(f *os.File, kind frameKind, nonce uint64, off, size int64, fn fu
 			return off, err
 		}
 		off += segFrameHdr + n
-		if kind.padded {
-			off = alignUp(off)
-		}
 	}
 	return off, nil
 }
@@ -450,9 +434,8 @@ func (l *segLog) remove(n uint32) error {
 	return syncDir(l.dir)
 }
 
-// A segPtr locates a record's bytes in the log: badger's value for a record
-// key is either the record itself (stores written before the log kept
-// records; its first byte is recFormat) or this pointer.
+// A segPtr locates a record's bytes in the log; it is badger's value for
+// the record's key.
 type segPtr struct {
 	seg uint32
 	off int64
@@ -478,11 +461,9 @@ func (p segPtr) encode() []byte {
 	return binary.LittleEndian.AppendUint32(b, p.crc)
 }
 
-func isPtr(v []byte) bool { return len(v) > 0 && v[0] == recPtrTag }
-
 func decodePtr(v []byte) (segPtr, error) {
 	var p segPtr
-	if !isPtr(v) {
+	if len(v) == 0 || v[0] != recPtrTag {
 		return p, errors.New("not a record pointer")
 	}
 	r := reader{b: v[1:]}

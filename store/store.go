@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,19 +70,22 @@ type Record struct {
 	Meta Meta
 }
 
-// Options tunes Open. The zero value is usable.
+// Options tunes Open. Open gives every field left zero (or, for the
+// numbers, zero or less) its value in DefaultOptions, so the zero value is
+// usable.
 type Options struct {
-	// Home names the node's home directory in error messages (defaults to the
-	// parent of the store directory).
+	// Home names the node's home directory in errors (default: the parent
+	// of the store directory).
 	Home string
 	// Logger receives badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
-	// Now is the clock used for StoredAt defaults and age-based purge.
+	// Now is the clock used for StoredAt defaults and age-based purge
+	// (default time.Now).
 	Now func() time.Time
 	// MaxClockSkew is how far a record's createdAt may lie after its
 	// arrival (Meta.StoredAt) and still be its time in the time orders, in
-	// Search and for retention (zero or less: DefaultMaxClockSkew). A
-	// record dated further ahead takes its arrival time there instead; its
+	// Search and for retention (default DefaultMaxClockSkew). A record
+	// dated further ahead takes its arrival time there instead; its
 	// createdAt and bytes are kept and returned as signed.
 	MaxClockSkew time.Duration
 	// MaxBatch caps how many pending writes share one commit (default 1024).
@@ -91,17 +95,59 @@ type Options struct {
 	// MemTableBytes sizes each badger memtable (default 16 MiB).
 	MemTableBytes int64
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
-	// purged records' space is given back (default 64 MiB).
+	// compactValueLog gives space back (default 64 MiB).
 	ValueLogFileBytes int64
 
-	// onCompactStep, if set, is called after each step of log compaction
-	// (compactSegments) with the step and the segment; an error stops the
-	// compaction there. Tests crash the store at each step with it.
-	onCompactStep func(step compactStep, seg uint32) error
+	// hooks are set only by tests (hooks.go).
+	hooks *testHooks
 }
 
 // DefaultMaxClockSkew is Options.MaxClockSkew when unset.
 const DefaultMaxClockSkew = 5 * time.Minute
+
+// DefaultOptions returns the settings Open uses for the fields left zero.
+// Home has no default of its own: it depends on the store directory.
+func DefaultOptions() Options {
+	return Options{
+		Now:               time.Now,
+		MaxClockSkew:      DefaultMaxClockSkew,
+		MaxBatch:          1024,
+		BlockCacheBytes:   32 << 20,
+		MemTableBytes:     16 << 20,
+		ValueLogFileBytes: 64 << 20,
+	}
+}
+
+// withDefaults returns o with every unset field set as DefaultOptions (and,
+// for Home, the parent of dir) has it.
+func (o Options) withDefaults(dir string) Options {
+	def := DefaultOptions()
+	if o.Home == "" {
+		o.Home = filepath.Dir(filepath.Clean(dir))
+	}
+	if o.Now == nil {
+		o.Now = def.Now
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = def.MaxClockSkew
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = def.MaxBatch
+	}
+	if o.BlockCacheBytes <= 0 {
+		o.BlockCacheBytes = def.BlockCacheBytes
+	}
+	if o.MemTableBytes <= 0 {
+		o.MemTableBytes = def.MemTableBytes
+	}
+	if o.ValueLogFileBytes <= 0 {
+		o.ValueLogFileBytes = def.ValueLogFileBytes
+	}
+	if o.hooks == nil {
+		o.hooks = &testHooks{}
+	}
+	return o
+}
 
 // orderAt is a record's time in the time, group and author orders, in the
 // text index (Search's AsOf and recency) and for retention: its createdAt,
@@ -121,8 +167,9 @@ func (s *Store) orderAt(r *Record) int64 {
 	return r.CreatedAt
 }
 
-// Errors returned by Open and the accessors. Open's errors wrap one of the
-// first three so callers can pick an exit message with errors.Is.
+// Errors returned by Open and the accessors. Open's errors match one of the
+// first three with errors.Is, or are a *FormatError, when there is
+// something for the user to do about them.
 var (
 	ErrLocked     = errors.New("store is locked by another process")
 	ErrPermission = errors.New("permission denied opening store")
@@ -132,16 +179,43 @@ var (
 	ErrInvalid    = errors.New("invalid entry")
 )
 
-// formatVersion 3 keeps records in the log segments, badger only pointers
-// to them (format 2 kept them in badger, and they stay readable there).
-// Format 2 kept the time, group and author orders in memory, where format 1
-// had them in badger: a format 1 store is upgraded at Open by dropping its
-// order keys.
-const (
-	formatVersion   = "cmbnode-store-3"
-	formatVersionV2 = "cmbnode-store-2"
-	formatVersionV1 = "cmbnode-store-1"
-)
+// LockedError means another process holds the store's lock: most likely a
+// cmbnode daemon running with the same home. It matches ErrLocked.
+type LockedError struct {
+	Dir  string // the store directory
+	Home string // the home it belongs to (Options.Home)
+	Err  error  // what the lock attempt returned
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%v: %s (home %s): %v", ErrLocked, e.Dir, e.Home, e.Err)
+}
+
+// Is makes errors.Is(err, ErrLocked) match.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+func (e *LockedError) Unwrap() error { return e.Err }
+
+// formatVersion names the layout this build reads and writes: records in
+// the log segments, badger holding a pointer to each. Open refuses a store
+// marked with any other format (*FormatError) before it writes anything.
+const formatVersion = "cmbnode-store-3"
+
+// FormatError means the store holds a format other than the one this build
+// reads. Older is set when Found is an earlier format of this store (the
+// development formats that preceded Want, which no release reads); any
+// other marker was written by a newer build or by something that is not
+// cmbnode.
+type FormatError struct {
+	Dir   string
+	Found string
+	Want  string
+	Older bool
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("store %s has format %q, this build reads %q", e.Dir, e.Found, e.Want)
+}
 
 // Store is an open store. All methods are safe for concurrent use.
 type Store struct {
@@ -159,18 +233,6 @@ type Store struct {
 	// log is written only by the syncer goroutine (and Open/Close); it
 	// keeps the records (seglog.go).
 	log *segLog
-	// walLimit is how many bytes of frames trigger a checkpoint
-	// (walCheckpoint; tests lower it).
-	walLimit int64
-	// lostBadgerWrites makes the syncer log and acknowledge batches without
-	// applying them to badger: tests use it to stand for a power loss that
-	// took badger's unsynced pages, which replay must restore.
-	lostBadgerWrites bool
-	// inlineRecords makes the syncer store records in badger, as format 2
-	// did (tests of what such stores hold).
-	inlineRecords bool
-	// checkpointing, if set, is called as a checkpoint starts (tests).
-	checkpointing func()
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
 	// batches/batched measure how well commits are shared.
@@ -190,9 +252,8 @@ type Store struct {
 	applied    watermark
 	// applyNow asks the syncer to apply its acknowledged batch at once,
 	// which it otherwise does beside the next frame write or after
-	// applyIdle (tests lengthen it).
-	applyNow  chan struct{}
-	applyIdle time.Duration
+	// applyIdle.
+	applyNow chan struct{}
 	// ackedSeq is the last batch whose callers were told it is durable.
 	ackedSeq atomic.Uint64
 	indexed  watermark
@@ -200,30 +261,12 @@ type Store struct {
 	loadedKeys map[string]struct{}
 }
 
-// Open opens (creating if needed) the store in dir. It refuses to open a
-// store another process holds and reports why in terms a user can act on.
+// Open opens (creating if needed) the store in dir. It refuses a store
+// another process holds (*LockedError), one of another format
+// (*FormatError) and one it finds damaged (ErrCorrupted); see
+// classifyOpenErr.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.Home == "" {
-		opts.Home = filepath.Dir(filepath.Clean(dir))
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.MaxClockSkew <= 0 {
-		opts.MaxClockSkew = DefaultMaxClockSkew
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1024
-	}
-	if opts.BlockCacheBytes <= 0 {
-		opts.BlockCacheBytes = 32 << 20
-	}
-	if opts.MemTableBytes <= 0 {
-		opts.MemTableBytes = 16 << 20
-	}
-	if opts.ValueLogFileBytes <= 0 {
-		opts.ValueLogFileBytes = 64 << 20
-	}
+	opts = opts.withDefaults(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("creating store directory: %w", err))
 	}
@@ -238,11 +281,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithSyncWrites(false).
 		// Only the writer goroutine writes, so conflict tracking is wasted work.
 		WithDetectConflicts(false).
-		// Snappy, not ZSTD: table compression ran on every flush and
-		// compaction and was the largest CPU cost of a put (~24 µs with
-		// ZSTD level 1); disk per 1 KB record goes from ~670 to ~940 bytes,
-		// well under the 2.5 KB budget. Tables record their own compression,
-		// so stores written with ZSTD stay readable.
+		// Tables are compressed at every flush and compaction: Snappy
+		// costs the least CPU for it. Each table records its compression.
 		WithCompression(options.Snappy).
 		WithBlockSize(16 << 10).
 		WithBlockCacheSize(opts.BlockCacheBytes).
@@ -251,12 +291,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithNumCompactors(2).
-		// Records (about 1 KB) go to the value log, so the LSM tree holds
-		// only keys and pointers: flushes and compactions no longer rewrite
-		// and recompress every record several times. That was ~40% of a
-		// put's CPU (181 vs 111 µs per put with 8 writers over 100k
-		// records); index keys, with empty values, stay in the tree.
-		// Purged records' space comes back through compactValueLog.
+		// Roster entries go to the value log; record pointers and index
+		// keys, all smaller, stay in the tree. Superseded entries' space
+		// comes back through compactValueLog.
 		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(opts.ValueLogFileBytes).
 		WithMetricsEnabled(false)
@@ -265,35 +302,24 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:        db,
-		dir:       dir,
-		opts:      opts,
-		jobs:      make(chan *job, 4096),
-		closing:   make(chan struct{}),
-		applyNow:  make(chan struct{}, 1),
-		wdone:     make(chan struct{}),
-		idx:       newTextIndex(runtime.Gosched),
-		order:     newOrderIndex(),
-		trust:     newTrustState(),
-		walLimit:  walCheckpoint,
-		applyIdle: applyIdle,
+		db:       db,
+		dir:      dir,
+		opts:     opts,
+		jobs:     make(chan *job, 4096),
+		closing:  make(chan struct{}),
+		applyNow: make(chan struct{}, 1),
+		wdone:    make(chan struct{}),
+		idx:      newTextIndex(runtime.Gosched),
+		order:    newOrderIndex(),
+		trust:    newTrustState(),
 	}
-	v1, err := s.checkFormat()
-	if err != nil {
+	if err := s.checkFormat(); err != nil {
 		db.Close()
-		return nil, err
+		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	if err := s.recover(); err != nil {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, err)
-	}
-	if v1 {
-		// After the replay, which may bring order keys back from the log.
-		if err := s.upgradeFromV1(); err != nil {
-			s.log.close()
-			db.Close()
-			return nil, classifyOpenErr(dir, opts.Home, err)
-		}
 	}
 	if err := s.load(context.Background()); err != nil {
 		s.log.close()
@@ -309,27 +335,29 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// classifyOpenErr says why Open failed in terms a user can act on. Only
-// damage found in the data (errors wrapping ErrCorrupted, and badger's
-// own reports of damaged files, badgerDamage) gets the advice to restore
-// from a peer or move the directory aside; any other failure (a file
+// classifyOpenErr sorts Open's failures by what the caller can do about
+// them: another process holding the store (*LockedError), permission
+// (ErrPermission), damage found in the data (ErrCorrupted: errors that
+// wrap it, and badger's own reports of damaged files, badgerDamage), a
+// store of another format (*FormatError, as it is). Anything else (a file
 // where the directory should be, too many open files, an I/O error) is
-// reported as what it is, its cause kept for errors.Is, since moving the
-// data away would not help and could lose it.
+// reported as what it is, its cause kept for errors.Is: it is not damage,
+// and moving the data away would not help and could lose it.
 func classifyOpenErr(dir, home string, err error) error {
 	msg := err.Error()
+	var fe *FormatError
 	switch {
 	case errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) ||
 		strings.Contains(msg, "Cannot acquire directory lock"):
-		return fmt.Errorf("%w: %s is in use (home %s); a cmbnode daemon may already be running with this home — stop it or use another --home: %v",
-			ErrLocked, dir, home, err)
+		return &LockedError{Dir: dir, Home: home, Err: err}
 	case errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "permission denied"):
-		return fmt.Errorf("%w: %s (home %s): check the directory's owner and mode: %v", ErrPermission, dir, home, err)
+		return fmt.Errorf("%w: %s (home %s): %v", ErrPermission, dir, home, err)
+	case errors.As(err, &fe):
+		return err
 	case errors.Is(err, ErrCorrupted):
-		return fmt.Errorf("opening %s (home %s): %w; restore from a peer or move the directory aside", dir, home, err)
+		return fmt.Errorf("opening %s (home %s): %w", dir, home, err)
 	case badgerDamage(err):
-		return fmt.Errorf("%w: opening %s (home %s): %w; restore from a peer or move the directory aside",
-			ErrCorrupted, dir, home, err)
+		return fmt.Errorf("%w: opening %s (home %s): %w", ErrCorrupted, dir, home, err)
 	default:
 		return fmt.Errorf("opening store %s (home %s): %w", dir, home, err)
 	}
@@ -338,7 +366,7 @@ func classifyOpenErr(dir, home string, err error) error {
 // badgerDamage reports whether err is badger (v4) saying that a file of
 // its own is damaged or missing. Badger exports sentinels for few of these
 // and, outside its debug mode, wraps errors into text (y.Wrap), so they
-// // are known by their messages too; TestOpenCorruptionFound damages the
+// are known by their messages too; TestOpenCorruptionFound damages the
 // files in the ways that provoke the commonest of them.
 func badgerDamage(err error) bool {
 	msg := err.Error()
@@ -369,12 +397,8 @@ func badgerDamage(err error) bool {
 // recover applies again the frames logged since the replay mark (writes
 // acknowledged since the last checkpoint, which badger may have lost with
 // the page cache), makes badger durable and opens the newest log segment
-// for appending after its last whole frame. A format 2 store's own log is
-// applied first and removed.
+// for appending after its last whole frame.
 func (s *Store) recover() error {
-	if err := s.replayLegacyWAL(); err != nil {
-		return err
-	}
 	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}}
 	s.log = l
 	if err := s.replaySegments(l); err != nil {
@@ -452,7 +476,7 @@ func (s *Store) replaySegments(l *segLog) error {
 			start = markOff
 		}
 		frame := 0
-		stop, err := scanFrames(f, segFrames, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
+		stop, err := scanFrames(f, nonce, start, fi.Size(), func(payOff int64, p []byte) error {
 			frame++
 			ops, err := decodeOps(p, n, payOff)
 			if err == nil {
@@ -486,84 +510,43 @@ func (s *Store) replaySegments(l *segLog) error {
 	return nil
 }
 
-// replayLegacyWAL applies the frames of a format 2 store's cmbnode.wal
-// (records in them go to badger whole, as that format kept them), makes
-// badger durable and removes the file.
-func (s *Store) replayLegacyWAL() error {
-	frames, found, err := readLegacyWAL(s.dir)
-	if err != nil || !found {
-		return err
-	}
-	for i, p := range frames {
-		ops, err := decodeOps(p, 0, 0)
-		if err == nil {
-			err = applyOps(s.db, ops)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: replaying frame %d of %s: %v", ErrCorrupted, i, legacyWALName, err)
-		}
-	}
-	if err := syncBadger(s.db, s.dir); err != nil {
-		return err
-	}
-	if err := os.Remove(filepath.Join(s.dir, legacyWALName)); err != nil {
-		return fmt.Errorf("removing old write-ahead log: %w", err)
-	}
-	return syncDir(s.dir)
-}
-
 var formatKey = []byte{pMeta, 'v'}
 
-// checkFormat marks a new store with formatVersion and refuses one written
-// in a format this build does not know; v1 reports a store to upgrade. A
-// format 2 store is marked format 3 at once, durably, before the first
-// record pointer: its records stay readable where they are.
-func (s *Store) checkFormat() (v1 bool, err error) {
-	v2 := false
-	err = s.db.Update(func(txn *badger.Txn) error {
+// checkFormat marks a new store with formatVersion and refuses, with a
+// *FormatError and without writing, one marked with another format.
+func (s *Store) checkFormat() error {
+	var found []byte
+	err := s.db.View(func(txn *badger.Txn) error {
 		it, err := txn.Get(formatKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set(formatKey, []byte(formatVersion))
+			return nil
+		}
+		if err == nil {
+			found, err = it.ValueCopy(nil)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
-		}
-		v, err := it.ValueCopy(nil)
-		if err != nil {
-			return fmt.Errorf("%w: reading format marker: %v", ErrCorrupted, err)
-		}
-		switch string(v) {
-		case formatVersion:
-		case formatVersionV2:
-			v2 = true
-			return txn.Set(formatKey, []byte(formatVersion))
-		case formatVersionV1:
-			v1 = true
-		default:
-			return fmt.Errorf("%w: %s has format %q, this build reads %q", ErrCorrupted, s.dir, v, formatVersion)
 		}
 		return nil
 	})
-	if err == nil && v2 {
-		if err = syncBadger(s.db, s.dir); err != nil {
-			err = fmt.Errorf("upgrading store format: %w", err)
-		}
+	switch {
+	case err != nil:
+		return err
+	case found == nil:
+		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+	case string(found) != formatVersion:
+		return &FormatError{Dir: s.dir, Found: string(found), Want: formatVersion, Older: olderFormat(string(found))}
 	}
-	return v1, err
+	return nil
 }
 
-// upgradeFromV1 drops the order keys format 1 kept in badger, then marks the
-// store as format 3, durably. Interrupted, it runs again at the next Open.
-func (s *Store) upgradeFromV1() error {
-	if err := s.db.DropPrefix([]byte{pTime}, []byte{pGroup}, []byte{pAuthor}); err != nil {
-		return fmt.Errorf("upgrading store format: %w", err)
-	}
-	if err := s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(formatKey, []byte(formatVersion))
-	}); err != nil {
-		return fmt.Errorf("upgrading store format: %w", err)
-	}
-	return syncBadger(s.db, s.dir)
+// olderFormat reports whether v names a format of this store before
+// formatVersion ("cmbnode-store-N" with a smaller N).
+func olderFormat(v string) bool {
+	const prefix = "cmbnode-store-"
+	n, err := strconv.Atoi(strings.TrimPrefix(v, prefix))
+	want, _ := strconv.Atoi(strings.TrimPrefix(formatVersion, prefix))
+	return strings.HasPrefix(v, prefix) && err == nil && n >= 1 && n < want
 }
 
 // load counts records and rebuilds the in-memory text index from them.
@@ -604,9 +587,6 @@ func (s *Store) load(ctx context.Context) error {
 			item := it.Item()
 			key := string(item.Key()[1:])
 			err := item.Value(func(v []byte) error {
-				if !isPtr(v) {
-					return add(key, v)
-				}
 				p, err := decodePtr(v)
 				if err != nil {
 					return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -326,11 +325,12 @@ func TestOpenErrors(t *testing.T) {
 	s := openTest(t, dir)
 	_ = s
 	_, err := Open(dir, Options{Home: "/some/home"})
-	if !errors.Is(err, ErrLocked) {
+	var le *LockedError
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &le) || le.Dir != dir || le.Home != "/some/home" {
 		t.Fatalf("second Open: %v", err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, "/some/home") || !strings.Contains(msg, "daemon may already be running") {
-		t.Fatalf("locked message does not help: %s", msg)
+	if msg := err.Error(); !strings.Contains(msg, "/some/home") || !strings.Contains(msg, dir) {
+		t.Fatalf("locked message does not name the store and home: %s", msg)
 	}
 
 	t.Run("permission", func(t *testing.T) {
@@ -394,8 +394,7 @@ func TestOpenErrors(t *testing.T) {
 		}
 		fds := openFDs(t)
 		_, err = Open(d, Options{})
-		if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), rec.Key) ||
-			!strings.Contains(err.Error(), d) || !strings.Contains(err.Error(), "move the directory aside") {
+		if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), rec.Key) || !strings.Contains(err.Error(), d) {
 			t.Fatalf("corrupted record value: %v", err)
 		}
 		// A failed Open leaves nothing open behind it.
@@ -556,7 +555,6 @@ func TestCheckReportsDisagreement(t *testing.T) {
 	txn := s.db.NewTransaction(true)
 	txn.Delete(edgeKey(pChild, a.Key, b.Key))
 	txn.Set(edgeKey(pRefBy, a.Key, testKey("ghost")), nil)
-	txn.Set(append([]byte{pTime}, "format-1 order key"...), nil)
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +566,7 @@ func TestCheckReportsDisagreement(t *testing.T) {
 		t.Fatalf("Check: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"lacks child index entry", "names a missing record", "left over from format 1",
+	for _, want := range []string{"lacks child index entry", "names a missing record",
 		"time order holds 3 entries, want 2", `group "g9" order holds 1 entries, want 0`, "phantom"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Check report lacks %q: %s", want, msg)
@@ -576,64 +574,52 @@ func TestCheckReportsDisagreement(t *testing.T) {
 	}
 }
 
-// TestPurgeReclaimsValueLog checks that a purge gives back the value-log
-// space of deleted records stored the way format 2 stored them (in badger)
-// and that the records it keeps survive the value log's rewrite, a reopen
-// and Check.
-func TestPurgeReclaimsValueLog(t *testing.T) {
+// TestValueLogCompaction: compactValueLog (run after every purge that
+// deleted something) gives back the value-log space of superseded roster
+// entries, the values big enough for badger's value log, and the entries
+// it keeps survive the rewrite, a reopen and Check.
+func TestValueLogCompaction(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	now := time.UnixMilli(testBase + 100*3600*1000)
-	opts := Options{Now: func() time.Time { return now }, MemTableBytes: 1 << 20, ValueLogFileBytes: 1 << 20}
+	opts := Options{MemTableBytes: 1 << 20, ValueLogFileBytes: 1 << 20}
 	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.inlineRecords = true // as a format 2 store holds them
-	const n, keep = 4000, 300
-	c := newCorpus(9)
-	var kept []Entry
-	items := make([]Item, 0, 500)
-	for i := range n {
-		at := testBase + int64(i)
-		if i >= n-keep {
-			at = now.UnixMilli() - int64(n-i)
+	const peers, rounds = 40, 100
+	pad := strings.Repeat("x", 1000)
+	put := func(round int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := range peers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := Peer{NodeID: fmt.Sprintf("peer-%d", i), Name: fmt.Sprintf("%s round %d", pad, round)}
+				if _, err := s.PutPeer(ctx, p); err != nil {
+					t.Error(err)
+				}
+			}()
 		}
-		e := c.record(i, at)
-		if i >= n-keep {
-			kept = append(kept, e)
-		}
-		items = append(items, Item{Entry: e})
-		if len(items) == cap(items) {
-			if _, err := s.PutMany(ctx, items); err != nil {
-				t.Fatal(err)
-			}
-			items = items[:0]
-		}
+		wg.Wait()
 	}
-	res, err := s.Purge(ctx, time.Hour)
-	if err != nil || res.Deleted != n-keep {
-		t.Fatalf("purge: %+v %v", res, err)
+	for r := range rounds {
+		put(r)
 	}
 	// Badger learns which value-log bytes are garbage when compaction drops
-	// the deleted versions. Each reopen flushes the memtable into one more
-	// level-0 table; past four of them, Flatten compacts level 0 into the
-	// next level (if the background compactors have not already).
+	// the superseded versions: each reopen flushes the memtable into one
+	// more level-0 table, and Flatten compacts them into the next level.
 	vlogBefore := vlogBytes(t, dir)
-	for i := range 6 {
-		for j := range 20 {
-			e := c.record(n+20*i+j, now.UnixMilli()-1)
-			kept = append(kept, e)
-			mustPut(t, s, e)
-		}
+	for r := range 6 {
+		put(rounds + r)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if s, err = Open(dir, opts); err != nil {
 			t.Fatal(err)
 		}
-		s.inlineRecords = true
 	}
+	last := fmt.Sprintf("%s round %d", pad, rounds+5)
 	if err := s.db.Flatten(1); err != nil {
 		t.Fatal(err)
 	}
@@ -642,8 +628,8 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 	}
 	vlogAfter := vlogBytes(t, dir)
 	t.Logf("value log %d → %d bytes", vlogBefore, vlogAfter)
-	// Over 90% of what was written is deleted; files under half garbage and
-	// the file being written are left alone, so the gain is not all of it.
+	// Nearly all of it is superseded; files under half garbage and the file
+	// being written are left alone, so the gain is not all of it.
 	if vlogAfter > vlogBefore*2/3 {
 		t.Fatalf("value log not compacted: %d → %d bytes", vlogBefore, vlogAfter)
 	}
@@ -651,8 +637,15 @@ func TestPurgeReclaimsValueLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openTest(t, dir)
-	defer s.Close()
-	mustHoldExactly(t, s, kept)
+	for i := range peers {
+		p, err := s.GetPeer(ctx, fmt.Sprintf("peer-%d", i))
+		if err != nil || p.Name != last {
+			t.Fatalf("peer-%d after compaction: %v (name ends %q)", i, err, p.Name[max(0, len(p.Name)-10):])
+		}
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func vlogBytes(t *testing.T, dir string) int64 {
@@ -683,94 +676,71 @@ func filesSize(t *testing.T, dir string, match func(name string) bool) (int, int
 	return files, n
 }
 
-// TestUpgradeFromFormat1 opens a store as format 1 left it (order keys in
-// badger, format marker 1) and checks that the upgrade drops the keys, keeps
-// every record findable in time order and marks the store format 2.
-func TestUpgradeFromFormat1(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for i := range 5 {
-		e := mkEntry(fmt.Sprintf("old-%d", i), testBase+int64(i), "format one")
-		mustPut(t, s, e)
-		want = append(want, e.Key)
-	}
-	txn := s.db.NewTransaction(true)
-	for i, k := range want {
-		at := binary.BigEndian.AppendUint64(nil, uint64(testBase+int64(i))^(1<<63))
-		for _, ik := range [][]byte{
-			append(append([]byte{pTime}, at...), k...),
-			append(append(append([]byte{pGroup}, "g1\x00"...), at...), k...),
-			append(append(append([]byte{pAuthor}, "author-o\x00"...), at...), k...),
-		} {
-			if err := txn.Set(ik, nil); err != nil {
+// TestRefusesOtherFormats: a store marked with a format other than
+// formatVersion is refused with a *FormatError naming both, and left as it
+// was: no marker rewritten, no log segment started.
+func TestRefusesOtherFormats(t *testing.T) {
+	for _, c := range []struct {
+		format string
+		older  bool
+	}{{"cmbnode-store-1", true}, {"cmbnode-store-2", true}, {"cmbnode-store-9", false}, {"something else", false}} {
+		t.Run(c.format, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir, Options{})
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-	}
-	if err := txn.Set(formatKey, []byte(formatVersionV1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openTest(t, dir)
-	if err := s.Check(ctx); err != nil {
-		t.Fatalf("after upgrade: %v", err)
-	}
-	err = s.db.View(func(txn *badger.Txn) error {
-		for _, p := range []byte{pTime, pGroup, pAuthor} {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{p}})
-			it.Rewind()
-			left := it.Valid()
-			it.Close()
-			if left {
-				return fmt.Errorf("format 1 keys with prefix %q left", p)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
 			}
-		}
-		it, err := txn.Get(formatKey)
-		if err != nil {
-			return err
-		}
-		v, _ := it.ValueCopy(nil)
-		if string(v) != formatVersion {
-			return fmt.Errorf("format marker %q after upgrade", v)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	if err := s.Scan(ctx, Window{Author: "author-o"}, func(kt KeyTime) error { got = append(got, kt.Key); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("author order after upgrade: %v, want %v", got, want)
+			for _, seg := range mustSegments(t, dir) {
+				if err := os.Remove(filepath.Join(dir, segName(seg))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			setFormat(t, dir, c.format)
+			_, err = Open(dir, Options{})
+			var fe *FormatError
+			if !errors.As(err, &fe) || fe.Found != c.format || fe.Want != formatVersion || fe.Older != c.older || fe.Dir != dir {
+				t.Fatalf("opening a store of format %q: %v (%+v)", c.format, err, fe)
+			}
+			if msg := err.Error(); !strings.Contains(msg, c.format) || !strings.Contains(msg, formatVersion) {
+				t.Fatalf("error does not name both formats: %v", err)
+			}
+			if errors.Is(err, ErrCorrupted) {
+				t.Fatalf("another format reported as corruption: %v", err)
+			}
+			if got := readFormat(t, dir); got != c.format {
+				t.Fatalf("format marker %q after the refusal, want %q", got, c.format)
+			}
+			if segs := mustSegments(t, dir); len(segs) != 0 {
+				t.Fatalf("the refused store gained log segments %v", segs)
+			}
+		})
 	}
 }
 
-func TestRefusesUnknownFormat(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, Options{})
+func mustSegments(t *testing.T, dir string) []uint32 {
+	t.Helper()
+	segs, err := listSegments(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte("cmbnode-store-9")) }); err != nil {
-		t.Fatal(err)
+	return segs
+}
+
+// TestDefaultOptions: Open gives the fields left zero their values in
+// DefaultOptions, and the store's parent directory as Home.
+func TestDefaultOptions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "home", "store")
+	s := openTest(t, dir)
+	got, want := s.opts, DefaultOptions()
+	if got.Now == nil || want.Now == nil {
+		t.Fatal("no default clock")
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), "cmbnode-store-9") {
-		t.Fatalf("opening a store of an unknown format: %v", err)
+	got.Now, want.Now = nil, nil
+	want.Home, want.hooks = filepath.Dir(dir), got.hooks
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("options after Open %+v, want %+v", got, want)
 	}
 }

@@ -5,7 +5,7 @@ import "sync"
 // New documents' postings go to a delta before the index proper. Adding a
 // record's ~120 postings straight to the index costs, per term, a lookup in
 // a table of every term and an append at the tail of that term's list:
-// cache misses that made indexing ~45% of a put's CPU. The delta holds the
+// cache misses, which would make up most of indexing. The delta holds the
 // postings of the last few hundred documents in a table small enough to
 // stay in cache plus one flat array; a merge then looks each distinct term
 // up once and appends all its postings at a time. Under Zipf-distributed
@@ -45,7 +45,8 @@ const (
 	// ~270 records of 1 KB, whose terms fit in a 512 KB L2 cache.
 	deltaMax   = 32 << 10
 	deltaSlots = 1 << 14
-	// mergeSlice is how many terms a merge adds between yields, ~25 µs.
+	// mergeSlice is how many terms a merge adds between yields (a few tens
+	// of µs of work; see textIndex.yield).
 	mergeSlice = 128
 	// mergeGroup is how many terms prefetch loads at a time.
 	mergeGroup = 16
@@ -215,7 +216,7 @@ var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 // addTexts tokenises a record's texts and adds it. Tokens go straight to
 // the delta, which counts each term's frequency per field as it goes: the
 // path puts and start-up take, where analyze would first build a table of
-// the record's own distinct terms (~3 µs of ~6 per record).
+// the record's own distinct terms.
 func (x *textIndex) addTexts(key string, at int64, group string, texts [NumFields]string) {
 	rt := tokenBufs.Get().(*recordTokens)
 	rt.toks = rt.toks[:0]

@@ -2,75 +2,14 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 	"unsafe"
 )
 
-// Stores of format 2 made batches durable in a write-ahead log of their
-// own, cmbnode.wal, and kept records in badger; the log segments
-// (seglog.go) replaced it. A crash of such a build leaves frames in it
-// that badger may lack, so Open applies them once, syncs badger and
-// removes the file.
-//
-// Layout: a 512-byte header (magic, epoch, crc) in the first block; frames
-// from legacyDataStart, each [magic u32][payload len u32][epoch u64][crc32c
-// u32] and the payload, padded to a multiple of walAlign in "CMBWAL02" logs
-// and back to back in "CMBWAL01" ones. A frame counts only if its magic,
-// epoch and CRC match; replay stops at the first one that does not.
-const (
-	legacyWALName    = "cmbnode.wal"
-	legacyMagic      = "CMBWAL02"
-	legacyMagicV1    = "CMBWAL01"
-	legacyFrameMagic = 0x434d4246 // "CMBF"
-	legacyDataStart  = 4096
-)
-
-// readLegacyWAL returns the payloads of the current epoch's valid frames
-// of dir's cmbnode.wal, oldest first; found is false if there is none.
-func readLegacyWAL(dir string) (frames [][]byte, found bool, err error) {
-	f, err := os.Open(filepath.Join(dir, legacyWALName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("opening old write-ahead log: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, true, fmt.Errorf("opening old write-ahead log: %w", err)
-	}
-	size := fi.Size()
-	if size < legacyDataStart {
-		return nil, true, nil
-	}
-	var hdr [512]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return nil, true, fmt.Errorf("reading old write-ahead log header: %w", err)
-	}
-	magic := string(hdr[:8])
-	if magic != legacyMagic && magic != legacyMagicV1 || crc32.Checksum(hdr[:16], walCRC) != binary.LittleEndian.Uint32(hdr[16:]) {
-		// A header was rewritten only at a checkpoint, after badger was
-		// synced: a torn one stands for a log with nothing to replay.
-		return nil, true, nil
-	}
-	epoch := binary.LittleEndian.Uint64(hdr[8:])
-	kind := frameKind{magic: legacyFrameMagic, padded: magic == legacyMagic}
-	_, err = scanFrames(f, kind, epoch, legacyDataStart, size, func(_ int64, p []byte) error {
-		frames = append(frames, p)
-		return nil
-	})
-	if err != nil {
-		return nil, true, fmt.Errorf("reading old write-ahead log: %w", err)
-	}
-	return frames, true, nil
-}
+// A log frame (seglog.go) carries one batch as a sequence of operations,
+// encoded and decoded here, beside the helpers for durable writes.
 
 // alignedBuf returns n bytes of *buf starting at a walAlign boundary in
 // memory, as O_DIRECT requires, growing *buf when needed.
@@ -145,9 +84,8 @@ func appendSet(b []byte, op walOp) ([]byte, int) {
 	return append(b, op.val...), len(b)
 }
 
-// decodeOps parses a frame's payload. With seg set, the payload starts at
-// payOff in that log segment, and record sets get pointers to their values
-// there.
+// decodeOps parses a frame's payload, which starts at payOff in log
+// segment seg; record sets get pointers to their values there.
 func decodeOps(p []byte, seg uint32, payOff int64) ([]walOp, error) {
 	var ops []walOp
 	r := reader{b: p}
@@ -159,7 +97,7 @@ func decodeOps(p []byte, seg uint32, payOff int64) ([]walOp, error) {
 		switch kind {
 		case walSet:
 			op.val = r.bytes()
-			if seg != 0 && r.err == nil && op.isRecordSet() {
+			if r.err == nil && op.isRecordSet() {
 				at := payOff + int64(len(p)-len(r.b)-len(op.val))
 				op.ptr = ptrTo(seg, at, op.val).encode()
 			}

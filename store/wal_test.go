@@ -3,10 +3,8 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +22,7 @@ import (
 // badger's unsynced pages: replay must restore them.
 func loseBadgerWrites(s *Store) {
 	s.waitApplied(context.Background()) // writes acknowledged so far are in
-	s.lostBadgerWrites = true
+	s.opts.hooks.lostBadgerWrites = true
 }
 
 // crashWithoutBadger stops a store the way a power loss would leave it if
@@ -163,7 +161,7 @@ func TestWALCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	s := openTest(t, dir)
-	s.walLimit = 16 << 10
+	s.opts.hooks.walLimit = 16 << 10
 	seg, _ := s.log.current()
 	var keys []string
 	for i := range 300 {
@@ -179,7 +177,7 @@ func TestWALCheckpoints(t *testing.T) {
 	}
 	// Writes since the last checkpoint exist only in the log (and no
 	// checkpoint may follow them: badger does not have them).
-	s.walLimit = 1 << 40
+	s.opts.hooks.walLimit = 1 << 40
 	loseBadgerWrites(s)
 	for i := range 5 {
 		e := mkEntry(fmt.Sprintf("tail-%d", i), int64(5000+i), "after the last checkpoint")
@@ -231,95 +229,6 @@ func TestWALPageCachePath(t *testing.T) {
 		if _, err := s.Get(ctx, k); err != nil {
 			t.Fatalf("%s not replayed: %v", k, err)
 		}
-	}
-}
-
-// TestLegacyWALReplayed opens a format 2 store that a crash left with
-// frames in its own log, cmbnode.wal, in both of that log's layouts: the
-// frames are applied, the log removed and the store marked format 3.
-func TestLegacyWALReplayed(t *testing.T) {
-	for _, magic := range []string{legacyMagic, legacyMagicV1} {
-		t.Run(magic, func(t *testing.T) {
-			ctx := context.Background()
-			dir := t.TempDir()
-			s := openTest(t, dir)
-			before := mkEntry("before", 1000, "stored by format 2")
-			s.inlineRecords = true
-			mustPut(t, s, before)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			setFormat(t, dir, formatVersionV2)
-
-			// Two frames as format 2 wrote them: records whole, with their
-			// lineage edges.
-			var keys []string
-			var payloads [][]byte
-			for i := range 2 {
-				e := mkEntry(fmt.Sprintf("legacy-%d", i), int64(2000+i), "only in the old log")
-				e.Parents = []string{before.Key}
-				rec := Record{Entry: e, Meta: Meta{StoredAt: time.UnixMilli(testBase), Source: "local"}}
-				p := appendOp(nil, walOp{key: recKey(e.Key), val: encodeRecord(&rec)})
-				for _, k := range indexKeys(&e) {
-					p = appendOp(p, walOp{key: k, val: []byte{}})
-				}
-				payloads = append(payloads, p)
-				keys = append(keys, e.Key)
-			}
-			const epoch = 7
-			hdr := make([]byte, 512)
-			copy(hdr, magic)
-			binary.LittleEndian.PutUint64(hdr[8:], epoch)
-			binary.LittleEndian.PutUint32(hdr[16:], crc32.Checksum(hdr[:16], walCRC))
-			log := append(hdr, make([]byte, legacyDataStart-len(hdr))...)
-			for _, p := range payloads {
-				fh := binary.LittleEndian.AppendUint32(nil, legacyFrameMagic)
-				fh = binary.LittleEndian.AppendUint32(fh, uint32(len(p)))
-				fh = binary.LittleEndian.AppendUint64(fh, epoch)
-				fh = binary.LittleEndian.AppendUint32(fh, crc32.Update(crc32.Checksum(fh[8:16], walCRC), walCRC, p))
-				log = append(append(log, fh...), p...)
-				if magic == legacyMagic {
-					log = append(log, make([]byte, alignUp(int64(len(log)))-int64(len(log)))...)
-				}
-			}
-			log = append(log, make([]byte, walAlign)...)
-			if err := os.WriteFile(filepath.Join(dir, legacyWALName), log, 0o600); err != nil {
-				t.Fatal(err)
-			}
-
-			s = openTest(t, dir)
-			for _, k := range append(keys, before.Key) {
-				if _, err := s.Get(ctx, k); err != nil {
-					t.Fatalf("%s not replayed from a %s log: %v", k, magic, err)
-				}
-			}
-			kids, err := s.Children(ctx, before.Key)
-			if err != nil || len(kids) != 2 {
-				t.Fatalf("lineage edges of the old log: %v %v", kids, err)
-			}
-			if _, err := os.Stat(filepath.Join(dir, legacyWALName)); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("old log left behind: %v", err)
-			}
-			// Writes after the upgrade go to the log segments and survive a
-			// crash; the store is format 3 now.
-			loseBadgerWrites(s)
-			e := mkEntry("after", 3000, "after the upgrade")
-			mustPut(t, s, e)
-			crashWithoutBadger(t, s)
-			s = openTest(t, dir)
-			if _, err := s.Get(ctx, e.Key); err != nil {
-				t.Fatalf("write after the upgrade lost: %v", err)
-			}
-			if err := s.Check(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if got := readFormat(t, dir); got != formatVersion {
-				t.Fatalf("format after upgrade %q", got)
-			}
-		})
 	}
 }
 
@@ -378,13 +287,13 @@ func TestCheckpointAfterAcknowledgement(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir())
 	defer s.Close()
-	s.walLimit = 16 << 10
+	s.opts.hooks.walLimit = 16 << 10
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	// Jobs of the commits before the checkpoint, the one that filled the
 	// log included.
 	var due int64
-	s.checkpointing = func() {
+	s.opts.hooks.checkpointing = func() {
 		once.Do(func() {
 			due = s.batched.Load()
 			close(entered)
@@ -447,7 +356,7 @@ func TestSegmentsCompactAfterPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.walLimit = 256 << 10
+	s.opts.hooks.walLimit = 256 << 10
 	const n, keep = 3000, 200
 	c := newCorpus(11)
 	var kept []Entry
@@ -628,7 +537,7 @@ func TestLogReads(t *testing.T) {
 	}
 	// The frames, read back as replay does, are the ones written.
 	n := 0
-	end, err := scanFrames(f, segFrames, nonce, segDataStart, l.off, func(int64, []byte) error { n++; return nil })
+	end, err := scanFrames(f, nonce, segDataStart, l.off, func(int64, []byte) error { n++; return nil })
 	if err != nil || n != 3 || end != l.off {
 		t.Fatalf("scan: %d frames to %d (log ends at %d), %v", n, end, l.off, err)
 	}
@@ -782,7 +691,7 @@ func within(t *testing.T, what string, d time.Duration, fn func() error) {
 func TestReadersAskForTheApply(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir())
-	s.applyIdle = time.Hour
+	s.opts.hooks.applyIdle = time.Hour
 	parent := mkEntry("parent", 1000, "alpha")
 	mustPut(t, s, parent)
 	var last Entry

@@ -108,7 +108,8 @@ type wtx struct {
 // count records a change to the number of stored records.
 func (t *wtx) count(delta int64) { t.delta += delta }
 
-// get returns a copy of key's current value.
+// get returns a copy of key's current value; for a record key, the record
+// its pointer leads to.
 func (t *wtx) get(key []byte) ([]byte, bool, error) {
 	if e, ok := t.w.ov[string(key)]; ok {
 		if e.del {
@@ -124,8 +125,8 @@ func (t *wtx) get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	v, err := it.ValueCopy(nil)
-	if err == nil {
-		v, err = t.w.s.recordBytes(v)
+	if err == nil && key[0] == pRec {
+		v, err = t.w.s.readPointer(v)
 	}
 	return v, err == nil, err
 }
@@ -259,11 +260,11 @@ func (s *Store) writer() {
 	closing := s.closing
 	// expect counts jobs acknowledged since the syncer last took a batch
 	// whose callers have not sent a new job yet. Synchronous writers come
-	// back within a few tens of µs of their acknowledgement; handing the
-	// syncer a batch without them would split them into two groups that
-	// alternate between batches, each paying for its own fdatasync (about
-	// 100 µs of CPU here, besides the wait). So an idle syncer waits for
-	// them, at most maxLinger, and not at all once they are in.
+	// back soon after their acknowledgement; handing the syncer a batch
+	// without them would split them into two groups that alternate between
+	// batches, each paying for a durable write of its own. So an idle
+	// syncer waits for them, at most maxLinger, and not at all once they
+	// are in.
 	//
 	// The syncer acknowledges a batch before this goroutine hears of it on
 	// synced (and may checkpoint in between); callers already back by then
@@ -332,11 +333,9 @@ func (s *Store) writer() {
 }
 
 // indexQueue is how many acknowledged batches may wait for the indexer
-// before the syncer waits for it. It must cover a merge of the text
-// index's delta (2-5 ms, 5-12 commits of 8 synchronous writers on 2
-// cores): with room for 4, every merge stalled a commit for the rest of
-// it (p99 of 8 writers' puts 2.2-3.1 ms; with 32, 1.5-2.4 ms). A search
-// may then wait for up to 32 batches to be indexed (~5 ms).
+// before the syncer waits for it. It must cover the commits made during a
+// merge of the text index's delta, or every merge stalls a commit; a
+// search may in turn wait for that many batches to be indexed.
 const indexQueue = 32
 
 // applyIdle is how long the syncer keeps an acknowledged batch out of
@@ -347,22 +346,13 @@ const applyIdle = time.Millisecond
 // syncer makes each batch durable, acknowledges it and has it applied to
 // badger, then indexed.
 //
-// A batch is applied while the next one is being written, on a goroutine
-// of its own, not right after its acknowledgement. Acknowledged writers
-// prepare their next puts at that moment, and on a 2-core VM whose idle
-// vCPU halts, the other core takes ~45 µs to wake: an apply then held the
-// only running core for ~50 µs, and the next batch's first job reached the
-// writer 53-60 µs after the acknowledgement, its last one 95-105 µs after.
-// During a frame write both cores are otherwise idle.
-//
-// The applier also hands each batch to the indexer, once the syncer has
-// taken the apply's result when the next frame's write returns. Against
-// the syncer doing so after the acknowledgement, 8 synchronous writers
-// measured +5% (24 pairs, 18 faster); why is not established. Indexing
-// truly during the write (the applier moving on at once, and
-// acknowledgements no longer waiting for the apply) made the writes
-// 230-264 µs instead of 185-199 µs and was no faster (6 pairs): on this
-// VM, work on the other core slows the disk.
+// A batch is applied while the next one's frame is written, by an applier
+// goroutine, not right after its acknowledgement: at that moment the
+// acknowledged writers prepare their next puts, and an apply would hold
+// the core they need, while during a frame write the cores are otherwise
+// idle. The applier hands each batch to the indexer once the syncer has
+// taken the apply's result, so batches are indexed in the order badger
+// took them, and only once it has them.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
@@ -416,7 +406,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		if pending == nil {
 			b, ok = <-in
 		} else {
-			idle.Reset(s.applyIdle)
+			idle.Reset(s.opts.hooks.idleApply())
 			select {
 			case b, ok = <-in:
 			case <-s.applyNow:
@@ -439,7 +429,7 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			seg, at := s.log.seg, s.log.payloadOff()
 			for i := range b.ops {
 				op := &b.ops[i]
-				if !op.isRecordSet() || s.inlineRecords {
+				if !op.isRecordSet() {
 					payload = appendOp(payload, *op)
 					continue
 				}
@@ -481,8 +471,8 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		}
 		pending = b
 		// The batch is durable in the log already: its callers need not
-		// wait for badger's sync (~25 ms) at a checkpoint.
-		if b.write && s.log.since >= s.walLimit {
+		// wait for badger's sync at a checkpoint.
+		if b.write && s.log.since >= s.opts.hooks.checkpointBytes() {
 			applyPending()
 			if err := s.checkpoint(); err != nil {
 				s.breakWith(err)
@@ -503,8 +493,7 @@ func (s *Store) indexer(in <-chan *batch, done chan<- struct{}) {
 					a()
 					// Index work can wait; writers woken by this batch's
 					// acknowledgement cannot. Yielding after each record
-					// lets them prepare the next batch first (on 2 cores:
-					// ~270 -> ~140 µs from acknowledgement to next batch).
+					// lets them prepare the next batch first.
 					runtime.Gosched()
 				}
 			}
@@ -520,7 +509,7 @@ func (s *Store) applyLocked(b *batch) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	var err error
-	if write && !s.lostBadgerWrites {
+	if write && !s.opts.hooks.lostBadgerWrites {
 		err = applyOps(s.db, b.ops)
 	}
 	if write && err == nil {
@@ -602,8 +591,8 @@ func applyOps(db *badger.DB, ops []walOp) error {
 // checkpoint makes everything badger holds durable and starts a new log
 // segment, from which frames will be applied again after a crash.
 func (s *Store) checkpoint() error {
-	if s.checkpointing != nil {
-		s.checkpointing()
+	if f := s.opts.hooks.checkpointing; f != nil {
+		f()
 	}
 	if err := syncBadger(s.db, s.dir); err != nil {
 		return err
@@ -668,15 +657,6 @@ func (s *Store) readPointer(v []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 	}
 	return s.log.read(p)
-}
-
-// recordBytes returns a record value as badger holds it, following a
-// pointer into the log.
-func (s *Store) recordBytes(v []byte) ([]byte, error) {
-	if isPtr(v) {
-		return s.readPointer(v)
-	}
-	return v, nil
 }
 
 // syncBadger makes every write badger has accepted durable: its active

@@ -80,7 +80,7 @@ func cmdDaemon(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return daemon.Run(e.ctx, daemon.Options{
+	return withFix(daemon.Run(e.ctx, daemon.Options{
 		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Version: version(),
-	})
+	}))
 }

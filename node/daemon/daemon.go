@@ -118,7 +118,7 @@ func (e *RunningError) Error() string {
 	if e.PID > 0 {
 		who = fmt.Sprintf("another cmbnode daemon (pid %d)", e.PID)
 	}
-	return fmt.Sprintf("%s is already running with home %s (socket %s); stop it, or start this one with another --home", who, e.Home, e.Socket)
+	return fmt.Sprintf("%s is already running with home %s (socket %s)", who, e.Home, e.Socket)
 }
 
 func (e *RunningError) Unwrap() error { return e.Err }

@@ -119,11 +119,22 @@ func (e *InUseError) Error() string {
 	if e.PID > 0 {
 		who = fmt.Sprintf("another cmbnode daemon (pid %d)", e.PID)
 	}
-	return fmt.Sprintf("%s is serving %s; stop it or use another --home", who, e.Path)
+	return fmt.Sprintf("%s is serving %s", who, e.Path)
 }
 
 // maxSocketPath is sun_path's size on Linux minus the terminating NUL.
 const maxSocketPath = 107
+
+// SocketPathTooLongError means the socket path does not fit in a Unix
+// socket address: Len bytes, where the system takes at most Max.
+type SocketPathTooLongError struct {
+	Path     string
+	Len, Max int
+}
+
+func (e *SocketPathTooLongError) Error() string {
+	return fmt.Sprintf("socket path %s is %d bytes, over the system's %d", e.Path, e.Len, e.Max)
+}
 
 // Listen creates the socket at opts.Path with mode 0600. A socket file left
 // by a crashed daemon (nothing accepts on it) is replaced; a live one means
@@ -135,7 +146,7 @@ func Listen(opts Options) (*Server, error) {
 	}
 	path := opts.Path
 	if len(path) > maxSocketPath {
-		return nil, fmt.Errorf("socket path %s is %d bytes, over the system's %d; use a shorter --home", path, len(path), maxSocketPath)
+		return nil, &SocketPathTooLongError{Path: path, Len: len(path), Max: maxSocketPath}
 	}
 	if err := clearStale(path); err != nil {
 		return nil, err
