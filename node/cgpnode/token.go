@@ -5,14 +5,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"cmbnode/node/cgp"
+	"cmbnode/node/secretfile"
 )
 
 // TokenFileName is the CGP HTTP binding's bearer token file in the home:
@@ -74,29 +72,15 @@ func LoadOrCreateToken(home string) (token string, created bool, err error) {
 }
 
 func readToken(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
+	data, err := secretfile.Read(path, maxTokenFile)
+	var se *secretfile.Error
+	switch {
+	case errors.Is(err, secretfile.ErrInsecure) && errors.As(err, &se):
+		return "", &TokenFileError{Path: path, Mode: se.Mode, Err: ErrTokenInsecure}
+	case errors.As(err, &se):
+		return "", &TokenFileError{Path: path, Err: fmt.Errorf("%w: %w", ErrTokenInvalid, se)}
+	case err != nil:
 		return "", fmt.Errorf("load CGP HTTP token: %w", err)
-	}
-	defer f.Close()
-	// Stat the open file, not the path, so the check applies to what we read.
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("load CGP HTTP token: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", &TokenFileError{Path: path, Err: fmt.Errorf("%w: not a regular file", ErrTokenInvalid)}
-	}
-	// Windows does not map group/other onto these bits.
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
-		return "", &TokenFileError{Path: path, Mode: fi.Mode().Perm(), Err: ErrTokenInsecure}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
-	if err != nil {
-		return "", fmt.Errorf("load CGP HTTP token: read %s: %w", path, err)
-	}
-	if len(data) > maxTokenFile {
-		return "", &TokenFileError{Path: path, Err: fmt.Errorf("%w: over %d bytes, too large to be a token", ErrTokenInvalid, maxTokenFile)}
 	}
 	tok := strings.TrimSpace(string(data))
 	if err := cgp.CheckBearerToken(tok); err != nil {
@@ -105,44 +89,18 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
-// mintToken writes a fresh token to path atomically and only if path does
-// not exist: a crash leaves no file or the whole token, never an empty file
-// that would stop the next start. It fails with fs.ErrExist if path exists.
+// mintToken writes a fresh token to path, atomically, mode 0600, and only
+// if path does not exist (the error then wraps fs.ErrExist): a crash leaves
+// no file or the whole token, never an empty file that would stop the next
+// start.
 func mintToken(path string) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("mint CGP HTTP token: %w", err)
 	}
 	tok := base64.RawURLEncoding.EncodeToString(b[:])
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".cgp-http-token-*.tmp") // created 0600
-	if err != nil {
+	if err := secretfile.WriteNew(path, []byte(tok+"\n")); err != nil {
 		return "", fmt.Errorf("mint CGP HTTP token: %w", err)
-	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // after the link this only drops the temp name
-	if _, err := tmp.WriteString(tok + "\n"); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("mint CGP HTTP token: write %s: %w", tmpName, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("mint CGP HTTP token: flush %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("mint CGP HTTP token: %w", err)
-	}
-	// A hard link publishes the whole file under its name and fails if the
-	// name is taken, so a concurrent mint cannot be overwritten.
-	if err := os.Link(tmpName, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return "", fmt.Errorf("mint CGP HTTP token: %w", err)
-		}
-		// Some filesystems have no hard links; rename is still atomic, and
-		// the read before minting is the (racy) guard against overwriting.
-		if err := os.Rename(tmpName, path); err != nil {
-			return "", fmt.Errorf("mint CGP HTTP token: publish %s: %w", path, err)
-		}
 	}
 	return tok, nil
 }

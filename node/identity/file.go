@@ -10,13 +10,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	"cmbnode/cmb"
 	"cmbnode/e2e"
+	"cmbnode/node/secretfile"
 )
 
 // fileV1 is identity.json. Pointers tell a missing member from an empty one.
@@ -118,66 +117,17 @@ func parse(data []byte) (*Identity, error) {
 	}, nil
 }
 
-// writeNew writes data to path atomically and only if path does not exist:
-// a crash leaves either no file or the whole file, and two processes
-// minting at once cannot overwrite each other (the loser gets ErrExists).
+// writeNew writes the identity file once: atomically, mode 0600, and never
+// over an existing one (the loser of two concurrent mints gets ErrExists).
 func writeNew(path string, data []byte) error {
-	if _, err := os.Lstat(path); err == nil {
-		return existsError(path)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("check for an existing identity: %w", err)
+	err := secretfile.WriteNew(path, data)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w at %s; refusing to overwrite it (it is this node's identity; move it aside only if you mean to become a new node)", ErrExists, path)
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".identity-*.tmp") // created 0600
 	if err != nil {
 		return fmt.Errorf("write identity: %w", err)
-	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // after a successful link this only drops the temp name
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write identity: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write identity: flush to disk: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write identity: %w", err)
-	}
-	// A hard link publishes the complete file under its final name and, unlike
-	// rename, fails if the name is taken, so there is no check-then-replace race.
-	if err := os.Link(tmpName, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return existsError(path)
-		}
-		// Some filesystems have no hard links; rename is still atomic, and the
-		// Lstat above is the (racy) guard against overwriting.
-		if err := os.Rename(tmpName, path); err != nil {
-			return fmt.Errorf("write identity: %w", err)
-		}
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("write identity: flush directory %s: %w", dir, err)
 	}
 	return nil
-}
-
-func existsError(path string) error {
-	return fmt.Errorf("%w at %s; refusing to overwrite it (it is this node's identity; move it aside only if you mean to become a new node)", ErrExists, path)
-}
-
-// syncDir makes the new directory entry durable, not just the file's bytes.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil // directories cannot be opened for sync there
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // LoadSeedFile reads an Ed25519 seed (32 bytes, base64url; any base64 form

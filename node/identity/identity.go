@@ -37,7 +37,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -46,6 +45,7 @@ import (
 
 	"cmbnode/cmb"
 	"cmbnode/e2e"
+	"cmbnode/node/secretfile"
 )
 
 // FileName is the identity file inside the home directory.
@@ -238,32 +238,19 @@ func LoadOrCreate(home, name string) (id *Identity, created bool, err error) {
 }
 
 func readPrivateFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	data, err := secretfile.Read(path, maxFileSize)
+	var se *secretfile.Error
+	switch {
+	case err == nil:
+		return data, nil
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("load identity: %s: %w (run `cmbnode init` or start the daemon to create one)", path, fs.ErrNotExist)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load identity: %w", err)
-	}
-	defer f.Close()
-	// Stat the open file, not the path, so the check applies to what we read.
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("load identity: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
+	case errors.Is(err, secretfile.ErrInsecure) && errors.As(err, &se):
+		return nil, fmt.Errorf("load identity: %w: %s holds private keys but has mode %04o, open to group or others; run: chmod 600 %s", ErrInsecure, path, se.Mode, path)
+	case errors.Is(err, secretfile.ErrTooLarge):
+		return nil, fmt.Errorf("load identity: %s is over %d bytes, too large to be an identity file: %w", path, maxFileSize, ErrInvalid)
+	case errors.Is(err, secretfile.ErrNotRegular):
 		return nil, fmt.Errorf("load identity: %s is not a regular file: %w", path, ErrInvalid)
 	}
-	// Windows does not map group/other onto these bits.
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("load identity: %w: %s holds private keys but has mode %04o, open to group or others; run: chmod 600 %s", ErrInsecure, path, fi.Mode().Perm(), path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("load identity: read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("load identity: %s is over %d bytes, too large to be an identity file: %w", path, maxFileSize, ErrInvalid)
-	}
-	return data, nil
+	return nil, fmt.Errorf("load identity: %w", err)
 }
