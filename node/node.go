@@ -239,22 +239,11 @@ func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	meta := store.Meta{Source: SourceLocal, Verified: true, Directed: in.To != ""}
-	dup, err := n.put(ctx, rec, meta)
-	if err != nil {
-		return Result{}, err
-	}
-	if !dup {
+	res, err := n.keepAndPublish(ctx, rec, recipientBox)
+	if err == nil && !res.Duplicate {
 		n.Counters.Authored.Add(1)
-		out := rec
-		if recipientBox != nil {
-			if out, err = e2e.SealRecord(rec, recipientBox, rand.Reader); err != nil {
-				return Result{}, err
-			}
-		}
-		n.publish(ctx, out)
 	}
-	return Result{Key: rec.Key, Duplicate: dup}, nil
+	return res, err
 }
 
 // Publish takes a record an agent signed with its own identity: it is
@@ -283,21 +272,28 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 	} else if len(missing) > 0 {
 		return Result{}, fmt.Errorf("%w: parent %s is not held by this node", ErrNotFound, missing[0])
 	}
+	return n.keepAndPublish(ctx, rec, recipientBox)
+}
+
+// keepAndPublish stores a record authored on this machine durably and only
+// then, if it is new, publishes it: a directed record is kept here in clear
+// and travels sealed for its recipient (box).
+func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box) (Result, error) {
 	dup, err := n.put(ctx, rec, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
 	if err != nil {
 		return Result{}, err
 	}
-	if !dup {
-		out := rec
-		if recipientBox != nil {
-			// Kept here in clear; it travels sealed for its recipient.
-			if out, err = e2e.SealRecord(rec, recipientBox, rand.Reader); err != nil {
-				return Result{}, err
-			}
-		}
-		n.publish(ctx, out)
+	if dup {
+		return Result{Key: rec.Key, Duplicate: true}, nil
 	}
-	return Result{Key: rec.Key, Duplicate: dup}, nil
+	out := rec
+	if box != nil {
+		if out, err = e2e.SealRecord(rec, box, rand.Reader); err != nil {
+			return Result{}, err
+		}
+	}
+	n.publish(ctx, out)
+	return Result{Key: rec.Key}, nil
 }
 
 func (n *Node) publish(ctx context.Context, rec *cmb.Record) {

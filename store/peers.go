@@ -110,11 +110,7 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (PeerUpdate, error) {
 		t.set(peerKey(p.NodeID), v)
 		return nil, nil
 	})
-	errs, err := s.submit(ctx, []*job{j})
-	if err == nil {
-		err = errs[0]
-	}
-	if err != nil {
+	if err := s.submitOne(ctx, j); err != nil {
 		return PeerUpdate{}, fmt.Errorf("recording peer %s: %w", p.NodeID, err)
 	}
 	return up, nil
@@ -253,11 +249,7 @@ func (s *Store) DeletePeer(ctx context.Context, nodeID string) error {
 		t.del(peerKey(nodeID))
 		return nil, nil
 	})
-	errs, err := s.submit(ctx, []*job{j})
-	if err == nil {
-		err = errs[0]
-	}
-	if err != nil {
+	if err := s.submitOne(ctx, j); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", nodeID, err)
 	}
 	return nil

@@ -242,11 +242,7 @@ func (s *Store) MarkKept(ctx context.Context, key string, kept bool) error {
 		t.set(recKey(key), v)
 		return nil, nil
 	})
-	errs, err := s.submit(ctx, []*job{j})
-	if err == nil {
-		err = errs[0]
-	}
-	if err != nil {
+	if err := s.submitOne(ctx, j); err != nil {
 		return fmt.Errorf("marking %s kept=%t: %w", key, kept, err)
 	}
 	return nil

@@ -91,10 +91,12 @@ func (s *Store) Quarantined() []string {
 }
 
 // IsQuarantined reports whether key names a quarantined record.
-func (s *Store) IsQuarantined(key string) bool {
-	s.trust.mu.RLock()
-	defer s.trust.mu.RUnlock()
-	_, ok := s.trust.quarantined[key]
+func (s *Store) IsQuarantined(key string) bool { return s.trust.has(s.trust.quarantined, key) }
+
+func (t *trustState) has(set map[string]struct{}, k string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := set[k]
 	return ok
 }
 
@@ -112,11 +114,7 @@ func (s *Store) MarkSigned(ctx context.Context, author string) error {
 		t.set(signerKey(author), []byte{1})
 		return nil, nil
 	})
-	errs, err := s.submit(ctx, []*job{j})
-	if err == nil {
-		err = errs[0]
-	}
-	if err != nil {
+	if err := s.submitOne(ctx, j); err != nil {
 		return fmt.Errorf("recording that %s signs: %w", author, err)
 	}
 	s.trust.mu.Lock()
@@ -126,12 +124,7 @@ func (s *Store) MarkSigned(ctx context.Context, author string) error {
 }
 
 // HasSigned reports whether MarkSigned was ever called for author.
-func (s *Store) HasSigned(author string) bool {
-	s.trust.mu.RLock()
-	defer s.trust.mu.RUnlock()
-	_, ok := s.trust.signers[author]
-	return ok
-}
+func (s *Store) HasSigned(author string) bool { return s.trust.has(s.trust.signers, author) }
 
 // loadSigners reads the signer set into memory (Open).
 func (s *Store) loadSigners() error {

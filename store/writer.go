@@ -707,6 +707,15 @@ func (s *Store) breakWith(err error) {
 	s.failed.CompareAndSwap(nil, &err)
 }
 
+// submitOne submits one job and returns its error, or the submission's.
+func (s *Store) submitOne(ctx context.Context, j *job) error {
+	errs, err := s.submit(ctx, []*job{j})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
 // submit queues jobs and waits until each has been committed or failed,
 // returning each job's outcome. A call-level error (closed, cancelled) means
 // some outcomes are unknown: those jobs may still commit later.

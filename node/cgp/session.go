@@ -148,9 +148,6 @@ func (s *Session) HandleLine(ctx context.Context, line []byte) ([]byte, Outcome)
 	return reply, out
 }
 
-// Handshaken reports whether a handshake has been acknowledged.
-func (s *Session) Handshaken() bool { return s.handshaken.Load() }
-
 func (s *Session) handshake(env map[string]json.RawMessage) []byte {
 	v, _ := rawString(env["protocol_version"])
 	if fam, ok := versionFamily(v); !ok || fam != versionFamilyOf(ProtocolVersion) {

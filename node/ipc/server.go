@@ -201,9 +201,6 @@ func Probe(path string) (alive bool, pid int) {
 	return true, peerPID(c)
 }
 
-// Path is the socket file.
-func (s *Server) Path() string { return s.opts.Path }
-
 // Stats reports the socket's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load()}
