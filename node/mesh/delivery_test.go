@@ -63,7 +63,7 @@ func TestDirectedRecord(t *testing.T) {
 // receiver stores it and fetches the lineage from the sender. Catch-up is
 // off so only the fetch path can deliver the parents.
 func TestRemixFetchesMissingParents(t *testing.T) {
-	noCatchUp := func(c *mesh.Config) { c.CatchUpInterval = -1 }
+	noCatchUp := func(c *mesh.Config) { mesh.DisableCatchUp(c) }
 	a := newMember(t, "alpha", "author", nil, noCatchUp)
 	b := newMember(t, "alpha", "receiver", []*member{a}, noCatchUp)
 	waitPeers(t, 1, a, b)
