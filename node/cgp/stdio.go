@@ -43,10 +43,9 @@ func DefaultServeOptions() ServeOptions {
 // Serve runs the stdio binding: one envelope per line each way, replies
 // written whole (one Write of envelope+"\n" per reply, under a mutex). It
 // returns nil on `shutdown` (after at most ShutdownGrace for requests in
-// flight) and on EOF
-// (after finishing requests in flight), and an error only when reading or
-// writing fails or ctx ends. Lines longer than MaxInputLine get
-// bad_request and are skipped; the provider keeps serving.
+// flight) and on EOF (after finishing requests in flight), and an error only
+// when reading or writing fails or ctx ends. Lines longer than MaxInputLine
+// get bad_request and are skipped; the provider keeps serving.
 func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeOptions) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

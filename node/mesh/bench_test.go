@@ -161,8 +161,8 @@ func BenchmarkMaxLosslessRate(b *testing.B) {
 // store workers as the mesh runs it) over records signed elsewhere, per
 // core of GOMAXPROCS.
 func BenchmarkReceiverIngest(b *testing.B) {
-	author := newMember(b, "bench", "author", nil, func(c *mesh.Config) { mesh.DisableCatchUp(c) })
-	recv := newMember(b, "bench", "receiver", nil, func(c *mesh.Config) { mesh.DisableCatchUp(c) })
+	author := newMember(b, "bench", "author", nil, mesh.DisableCatchUp)
+	recv := newMember(b, "bench", "receiver", nil, mesh.DisableCatchUp)
 	const n = 10000
 	recs := make([]*cmb.Record, n)
 	for i := range recs {
@@ -206,7 +206,7 @@ func BenchmarkReceiverIngest(b *testing.B) {
 		total += n
 		b.StopTimer()
 		recv.stop() // a fresh store each round: every record is new
-		recv = newMember(b, "bench", "receiver", nil, func(c *mesh.Config) { mesh.DisableCatchUp(c) })
+		recv = newMember(b, "bench", "receiver", nil, mesh.DisableCatchUp)
 		b.StartTimer()
 	}
 	el := busy.Seconds()
