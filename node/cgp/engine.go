@@ -85,9 +85,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.MaxThread = def.MaxThread
 	}
 	opt.Default(&cfg.MaxResultBytes, def.MaxResultBytes)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&cfg.Logger)
 	e := &Engine{cfg: cfg}
 	if cfg.SigningKey != nil {
 		if len(cfg.SigningKey) != ed25519.PrivateKeySize {

@@ -101,9 +101,7 @@ func DefaultHTTPOptions() HTTPOptions { return HTTPOptions{RequestTimeout: reque
 // granted, so preflights fail too. Refusals carry a `forbidden` or
 // `unauthorized` error envelope and are never logged with their headers.
 func NewHTTPHandler(h Handler, opts HTTPOptions) http.Handler {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&opts.Logger)
 	opt.Default(&opts.RequestTimeout, DefaultHTTPOptions().RequestTimeout)
 	hh := &httpHandler{h: h, opts: opts}
 	if opts.BearerToken != "" {

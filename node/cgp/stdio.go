@@ -47,9 +47,7 @@ func DefaultServeOptions() ServeOptions {
 // when reading or writing fails or ctx ends. Lines longer than MaxInputLine
 // get bad_request and are skipped; the provider keeps serving.
 func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeOptions) error {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&opts.Logger)
 	def := DefaultServeOptions()
 	opt.Default(&opts.RequestTimeout, def.RequestTimeout)
 	opt.Default(&opts.Concurrency, def.Concurrency)

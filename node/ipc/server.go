@@ -72,9 +72,7 @@ func DefaultOptions() Options {
 
 func (o *Options) defaults() {
 	def := DefaultOptions()
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&o.Logger)
 	opt.Default(&o.MaxConns, def.MaxConns)
 	opt.Default(&o.MaxInFlight, def.MaxInFlight)
 	opt.Default(&o.WriteQueue, def.WriteQueue)

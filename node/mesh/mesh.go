@@ -125,9 +125,7 @@ func (c *Config) defaults() {
 	if len(c.Listen) == 0 {
 		c.Listen = def.Listen
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&c.Logger)
 	opt.Default(&c.HandshakeTimeout, def.HandshakeTimeout)
 	opt.Default(&c.HeartbeatInterval, def.HeartbeatInterval)
 	opt.Default(&c.HeartbeatTimeout, def.HeartbeatTimeout)
