@@ -104,10 +104,7 @@ type Config struct {
 // DefaultConfig returns the settings Start uses for the fields left zero.
 func DefaultConfig() Config {
 	return Config{
-		Listen: []string{
-			"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1",
-			"/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1",
-		},
+		Listen:            []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1", "/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1"},
 		HandshakeTimeout:  10 * time.Second,
 		HeartbeatInterval: 5 * time.Second,
 		HeartbeatTimeout:  15 * time.Second,
