@@ -42,7 +42,7 @@ func SchemeOf(key string) Scheme {
 // ValidateKey checks that key is a well-formed address of a known scheme.
 func ValidateKey(key string) error {
 	if SchemeOf(key) == SchemeUnknown {
-		return newError(ReasonBadAddress, fmt.Sprintf("%q is neither cmb1-<64 hex> nor cmb-<32 hex>", truncate(key, 80)), nil)
+		return newError(ReasonBadAddress, fmt.Sprintf("%q is neither cmb1-<64 hex> nor cmb-<32 hex>", Truncate(key, 80)), nil)
 	}
 	return nil
 }
@@ -141,7 +141,9 @@ func (r *Record) VerifyAddress() error {
 	return nil
 }
 
-func truncate(s string, n int) string {
+// Truncate cuts s to n bytes and an ellipsis, so an error that quotes a
+// received member stays short whatever the sender put there.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

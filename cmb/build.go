@@ -41,10 +41,7 @@ func Build(d Draft, priv ed25519.PrivateKey) (*Record, error) {
 	r.SetGroup(g)
 	for i := range d.Fields {
 		f := d.Fields[i]
-		f.Text = norm.NFC.String(f.Text)
-		if f.Text == "" {
-			f.Text = Neutral
-		}
+		f.Text = orNeutral(norm.NFC.String(f.Text))
 		if i != Mood && (f.Valence != nil || f.Arousal != nil) {
 			return nil, newError(ReasonBadRecord, FieldNames[i]+" cannot carry valence or arousal", nil)
 		}

@@ -66,7 +66,7 @@ func (h *Handshake) Validate() (code int, err error) {
 	}
 	m := semver.FindStringSubmatch(h.Version)
 	if m == nil {
-		return CodeVersionMismatch, fmt.Errorf("handshake version %q is not x.y.z", truncate(h.Version, 32))
+		return CodeVersionMismatch, fmt.Errorf("handshake version %q is not x.y.z", Truncate(h.Version, 32))
 	}
 	if !(m[1] == "1" || (m[1] == "0" && m[2] == "2")) {
 		return CodeVersionMismatch, fmt.Errorf("handshake version %s is not in a family this node speaks (1.x, 0.2.x)", h.Version)
@@ -82,7 +82,7 @@ func (h *Handshake) Validate() (code int, err error) {
 	switch h.LifecycleRole {
 	case "", "participant", "validator", "anchor":
 	default:
-		return CodeAuthFailed, fmt.Errorf("handshake lifecycleRole %q is not participant, validator or anchor", truncate(h.LifecycleRole, 32))
+		return CodeAuthFailed, fmt.Errorf("handshake lifecycleRole %q is not participant, validator or anchor", Truncate(h.LifecycleRole, 32))
 	}
 	return 0, nil
 }

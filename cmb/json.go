@@ -12,7 +12,16 @@ import (
 // Decode parses one record. Unknown members at every depth are kept; known
 // members must have their schema types, and key, createdBy, createdAt and
 // fields are required. Decode checks shape only: Validate and Verify check rules.
-func Decode(data []byte) (*Record, error) {
+func Decode(data []byte) (*Record, error) { return decode(data, false) }
+
+// DecodeDraft parses a record as an author writes it by hand, before it is
+// addressed and signed: key, createdBy and createdAt may be absent (left
+// zero), and a fields object is read as DecodeDraftFields reads it. Sealed
+// fields (a ciphertext string) and everything else are read as Decode reads
+// them.
+func DecodeDraft(data []byte) (*Record, error) { return decode(data, true) }
+
+func decode(data []byte, draft bool) (*Record, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(data, &obj); err != nil {
 		return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
@@ -22,7 +31,11 @@ func Decode(data []byte) (*Record, error) {
 	}
 	r := &Record{}
 	var err error
-	for _, req := range [...]string{"key", "createdBy", "createdAt", "fields"} {
+	required := []string{"key", "createdBy", "createdAt", "fields"}
+	if draft {
+		required = []string{"fields"}
+	}
+	for _, req := range required {
 		if _, ok := obj[req]; !ok {
 			return nil, newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
 		}
@@ -48,7 +61,7 @@ func Decode(data []byte) (*Record, error) {
 			r.SigAlg, err = decodeString(raw, "sigAlg")
 			r.present |= hasSigAlg
 		case "fields":
-			err = decodeFieldsMember(r, raw)
+			err = decodeFieldsMember(r, raw, draft)
 		case "lineage":
 			r.present |= hasLineage
 			r.Lineage, err = decodeLineage(raw)
@@ -74,7 +87,7 @@ func Decode(data []byte) (*Record, error) {
 	return r, nil
 }
 
-func decodeFieldsMember(r *Record, raw json.RawMessage) error {
+func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 	if isKind(raw, '"') {
 		// E2E in transit: fields is ciphertext (MMP §18.2.1).
 		s, err := decodeString(raw, "fields")
@@ -87,12 +100,61 @@ func decodeFieldsMember(r *Record, raw json.RawMessage) error {
 		r.Sealed = s
 		return nil
 	}
-	f, extra, err := DecodeFields(raw)
+	decodeFields := DecodeFields
+	if draft {
+		decodeFields = DecodeDraftFields
+	}
+	f, extra, err := decodeFields(raw)
 	if err != nil {
 		return err
 	}
 	r.Fields, r.FieldsExtra = *f, extra
 	return nil
+}
+
+// DecodeDraftFields parses a `fields` object as an author writes it: each of
+// the seven maps to its text as a plain string or to a field object as a
+// record carries it, and a field left out, null, or with text "" is neutral
+// (MMP §14 A1). Members beyond the seven are returned as extra, for the
+// caller to keep or refuse.
+func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
+	obj, err := decodeObject(raw, "fields", "an object of field name to text")
+	if err != nil {
+		return nil, nil, err
+	}
+	var f Fields
+	var extra Members
+	for name, v := range obj {
+		i, known := FieldIndex(name)
+		switch {
+		case !known:
+			extra = append(extra, Member{Name: name, Value: append(json.RawMessage(nil), v...)})
+		case isKind(v, '"'):
+			f[i].Text, err = decodeString(v, "fields."+name)
+		case string(v) == "null":
+		case isKind(v, '{'):
+			err = decodeField(&f[i], v, name)
+		default:
+			err = typeError("fields."+name, "a string or an object with a text member")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for i := range f {
+		f[i].Text = orNeutral(f[i].Text)
+	}
+	sortMembers(extra)
+	return &f, extra, nil
+}
+
+// orNeutral is the text a field carries when its author gave text t: an
+// empty field is "neutral", never "" (MMP §14 A1).
+func orNeutral(t string) string {
+	if t == "" {
+		return Neutral
+	}
+	return t
 }
 
 // DecodeFields parses a `fields` object: all seven members required, each an

@@ -96,6 +96,40 @@ func TestDecodeIsStrictAboutKnownTypes(t *testing.T) {
 	}
 }
 
+func TestDecodeDraftReadsWhatAuthorsWrite(t *testing.T) {
+	// Vector case 3: strings for objects, "" and a left-out field are neutral.
+	in := `{"fields":{"focus":"testing conformance vectors","issue":"","intent":{"text":"verify implementations agree"},"motivation":null,"commitment":"exact bytes","mood":{"text":"","valence":0.5,"tone":"dry"},"x-eighth":"kept"}}`
+	r, err := DecodeDraft([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != "" || r.CreatedBy != "" || r.CreatedAt != 0 {
+		t.Fatalf("absent members not left zero: %+v", r)
+	}
+	want := [NumFields]string{"testing conformance vectors", Neutral, "verify implementations agree", Neutral, "exact bytes", Neutral, Neutral}
+	if got := r.Fields.Texts(); got != want {
+		t.Fatalf("texts = %q, want %q", got, want)
+	}
+	if v := r.Fields[Mood].Valence; v == nil || *v != 0.5 {
+		t.Fatalf("mood valence lost: %v", v)
+	}
+	if _, ok := r.Fields[Mood].Extra.Get("tone"); !ok {
+		t.Fatal("unknown field member not returned")
+	}
+	if _, ok := r.FieldsExtra.Get("x-eighth"); !ok {
+		t.Fatal("unknown field name not returned")
+	}
+	sealed, err := DecodeDraft([]byte(`{"fields":"AAAA","_e2e":{"nonce":"n"}}`))
+	if err != nil || sealed.Sealed != "AAAA" {
+		t.Fatalf("sealed draft: %v %+v", err, sealed)
+	}
+	for _, bad := range []string{`{}`, `{"fields":7}`, `{"fields":{"focus":7}}`, `{"fields":{"focus":{"txt":"x"}}}`, `{"fields":{"mood":{"text":"x","valence":3}}}`} {
+		if _, err := DecodeDraft([]byte(bad)); !errorIs(err, ErrBadRecord) {
+			t.Errorf("%s: err = %v, want bad-record", bad, err)
+		}
+	}
+}
+
 // randomText makes text that needs NFC about half the time, up to n bytes.
 func randomText(rng *rand.Rand, n int) string {
 	pieces := []string{"a", "é", "e\u0301", "Å", "A\u030a", "한", "\u1100\u1161", "ﬁ", "x y", "\"q\"", "\\", "\n", "\u2028", "日本", "🙂", "|", "3:", "neutral"}

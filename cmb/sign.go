@@ -55,7 +55,7 @@ func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
 		return newError(ReasonUnsigned, "record carries no sig", nil)
 	}
 	if r.present&hasSigAlg != 0 && r.SigAlg != SigAlg {
-		return newError(ReasonBadSignature, fmt.Sprintf("sigAlg %q is not %q", truncate(r.SigAlg, 40), SigAlg), nil)
+		return newError(ReasonBadSignature, fmt.Sprintf("sigAlg %q is not %q", Truncate(r.SigAlg, 40), SigAlg), nil)
 	}
 	if len(pub) != ed25519.PublicKeySize {
 		return newError(ReasonBadSignature, fmt.Sprintf("author key is %d bytes, want %d", len(pub), ed25519.PublicKeySize), nil)

@@ -54,7 +54,7 @@ func (r *Record) validateLineage() error {
 	seen := make(map[string]struct{}, len(l.Parents))
 	for _, p := range l.Parents {
 		if SchemeOf(p) == SchemeUnknown {
-			return newError(ReasonBadLineage, fmt.Sprintf("parent %q is not a CMB key", truncate(p, 80)), nil)
+			return newError(ReasonBadLineage, fmt.Sprintf("parent %q is not a CMB key", Truncate(p, 80)), nil)
 		}
 		if p == r.Key {
 			return newError(ReasonBadLineage, "record lists itself as a parent", nil)
@@ -68,7 +68,7 @@ func (r *Record) validateLineage() error {
 		anc := make(map[string]struct{}, len(l.Ancestors))
 		for _, a := range l.Ancestors {
 			if SchemeOf(a) == SchemeUnknown {
-				return newError(ReasonBadLineage, fmt.Sprintf("ancestor %q is not a CMB key", truncate(a, 80)), nil)
+				return newError(ReasonBadLineage, fmt.Sprintf("ancestor %q is not a CMB key", Truncate(a, 80)), nil)
 			}
 			if a == r.Key {
 				return newError(ReasonBadLineage, "record lists itself as an ancestor", nil)
@@ -99,10 +99,10 @@ func (r *Record) CheckAudience(a Audience) error {
 		g = group.Default // §14 A11: absent group is the implicit default group
 	}
 	if g != group.Normalize(a.Group) {
-		return newError(ReasonWrongGroup, fmt.Sprintf("record is for group %q, this node is in %q", truncate(g, 64), group.Normalize(a.Group)), nil)
+		return newError(ReasonWrongGroup, fmt.Sprintf("record is for group %q, this node is in %q", Truncate(g, 64), group.Normalize(a.Group)), nil)
 	}
 	if r.To != "" && !strings.EqualFold(r.To, a.Self) {
-		return newError(ReasonWrongRecipient, fmt.Sprintf("record is directed to %s", truncate(r.To, 64)), nil)
+		return newError(ReasonWrongRecipient, fmt.Sprintf("record is directed to %s", Truncate(r.To, 64)), nil)
 	}
 	return nil
 }
@@ -136,7 +136,7 @@ func (r *Record) Verify(p Policy) error {
 	}
 	switch unsigned := r.IsUnsigned(); {
 	case unsigned && p.AuthorKey != nil:
-		return newError(ReasonUnsigned, "record is unsigned but the key of author "+truncate(r.CreatedBy, 64)+" is known, so it must be signed", ErrDowngrade)
+		return newError(ReasonUnsigned, "record is unsigned but the key of author "+Truncate(r.CreatedBy, 64)+" is known, so it must be signed", ErrDowngrade)
 	case unsigned && !p.AllowUnsigned:
 		return newError(ReasonUnsigned, "record is unsigned and unsigned records are not accepted", nil)
 	case unsigned:
@@ -145,7 +145,7 @@ func (r *Record) Verify(p Policy) error {
 			return err
 		}
 	default:
-		return newError(ReasonBadSignature, "no key is known for author "+truncate(r.CreatedBy, 64), errNoKey)
+		return newError(ReasonBadSignature, "no key is known for author "+Truncate(r.CreatedBy, 64), errNoKey)
 	}
 	return r.CheckAudience(p.Audience)
 }

@@ -334,7 +334,7 @@ func TestBuildDefaults(t *testing.T) {
 	}
 }
 
-// Point 3 of the trust review: a receiver holding the author's key refuses
+// A receiver holding the author's key refuses
 // an unsigned record, the legacy unsigned `cmb-` form included.
 func TestUnsignedRefusedWhenKeyKnown(t *testing.T) {
 	pub := testKey(t).Public().(ed25519.PublicKey)

@@ -34,22 +34,26 @@ var ErrLineage = errors.New("invalid lineage")
 // occurrence. Nothing is ever truncated. parentAncestors[i] belongs to
 // parents[i].
 func Ancestors(parents []string, parentAncestors [][]string) []string {
-	seen := map[string]struct{}{}
-	var out []string
-	addAll := func(l []string) {
-		for _, k := range l {
-			if _, ok := seen[k]; !ok {
-				seen[k] = struct{}{}
-				out = append(out, k)
-			}
-		}
-	}
+	var all []string
 	for i := range parents {
 		if i < len(parentAncestors) {
-			addAll(parentAncestors[i])
+			all = append(all, parentAncestors[i]...)
 		}
 	}
-	addAll(parents)
+	return Dedupe(append(all, parents...))
+}
+
+// Dedupe returns keys with each repeat dropped at its first occurrence, the
+// order §15.2 lists ancestors in and a remix's parents keep.
+func Dedupe(keys []string) []string {
+	seen := make(map[string]struct{}, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
 	return out
 }
 

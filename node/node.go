@@ -20,6 +20,7 @@ import (
 	"cmbnode/cmb"
 	"cmbnode/e2e"
 	"cmbnode/group"
+	"cmbnode/internal/opt"
 	"cmbnode/lineage"
 	"cmbnode/node/events"
 	"cmbnode/node/identity"
@@ -98,9 +99,7 @@ func Open(opts Options) (*Node, error) {
 	if err := group.Validate(g); err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&opts.Logger)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -210,7 +209,7 @@ var (
 // then publishes it. A directed record is kept here in clear and travels
 // sealed for its recipient.
 func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
-	parents := dedupe(in.Parents)
+	parents := lineage.Dedupe(in.Parents)
 	for _, p := range parents {
 		if cmb.SchemeOf(p) == cmb.SchemeUnknown {
 			return Result{}, fmt.Errorf("%w: parent %q is not a CMB key", ErrBadRequest, p)
@@ -420,16 +419,4 @@ func entryOf(rec *cmb.Record) store.Entry {
 		Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, To: rec.To,
 		Parents: rec.Parents(), Ancestors: rec.Ancestors(), Texts: rec.Fields.Texts(), Raw: rec.Encode(),
 	}
-}
-
-func dedupe(keys []string) []string {
-	seen := make(map[string]struct{}, len(keys))
-	out := keys[:0:0]
-	for _, k := range keys {
-		if _, ok := seen[k]; !ok {
-			seen[k] = struct{}{}
-			out = append(out, k)
-		}
-	}
-	return out
 }

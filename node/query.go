@@ -45,11 +45,9 @@ type RecallHit struct {
 // MaxRecall bounds one recall.
 const MaxRecall = 1000
 
-// Recall ranks stored records against query (text relevance plus recency).
+// Recall ranks stored records against query (text relevance plus recency),
+// up to limit of them (0 is the store's default).
 func (n *Node) Recall(ctx context.Context, query string, limit int) ([]RecallHit, error) {
-	if limit <= 0 {
-		limit = 10
-	}
 	if limit > MaxRecall {
 		return nil, fmt.Errorf("%w: limit %d is over %d", ErrBadRequest, limit, MaxRecall)
 	}

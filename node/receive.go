@@ -109,9 +109,9 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	unsigned := rec.IsUnsigned()
 	switch {
 	case a.pub == nil && !unsigned:
-		return nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + truncate(rec.CreatedBy, 64), Err: errLocalState}
+		return nil, &cmb.Error{Reason: cmb.ReasonBadSignature, Detail: "no key is known for author " + cmb.Truncate(rec.CreatedBy, 64), Err: errLocalState}
 	case unsigned && a.pub == nil && n.st.HasSigned(rec.CreatedBy):
-		return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "record is unsigned but author " + truncate(rec.CreatedBy, 64) + " has signed before", Err: cmb.ErrDowngrade}
+		return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "record is unsigned but author " + cmb.Truncate(rec.CreatedBy, 64) + " has signed before", Err: cmb.ErrDowngrade}
 	}
 	c := &Checked{Source: src, authorKey: a.pub, authorX: a.x, Directed: rec.To != "", KeyConfirmed: a.confirmed, trustGen: gen}
 	if rec.To != "" && !strings.EqualFold(rec.To, n.id.NodeID) {
@@ -207,7 +207,7 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (autho
 	}
 	conflict := func() (authorKey, error) {
 		n.Counters.KeyConflicts.Add(1)
-		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, ErrKeyConflict, truncate(author, 64))
+		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, ErrKeyConflict, cmb.Truncate(author, 64))
 	}
 	if strings.EqualFold(author, n.id.NodeID) {
 		// Nobody speaks for this node but its own key.
@@ -244,13 +244,6 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (autho
 		a.pub = nil
 	}
 	return a, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Accept stores a checked record durably and tells listeners. It returns

@@ -38,7 +38,7 @@ func agentRecord(t *testing.T, author, focus string, priv ed25519.PrivateKey) *c
 	return r
 }
 
-// Point 3 of the trust review: strict_signatures is on by default, and with
+// Strict_signatures is on by default, and with
 // it off the downgrade rule holds durably: once an author has signed, its
 // unsigned records are refused, also after a restart.
 func TestUnsignedDowngradeRefused(t *testing.T) {
@@ -91,7 +91,7 @@ func TestUnsignedDowngradeRefused(t *testing.T) {
 	}
 }
 
-// Point 4 of the trust review: received records are held to the lineage
+// Received records are held to the lineage
 // rules against what the node stores (lineage.Validate), not only to the
 // shape checks.
 func TestReceivedLineageValidated(t *testing.T) {
@@ -131,7 +131,7 @@ func TestReceivedLineageValidated(t *testing.T) {
 	}
 }
 
-// Point 12 of the trust review: checking a received record writes nothing
+// Checking a received record writes nothing
 // when its author is already pinned, so receiving costs one durable commit
 // per record, the record's own.
 func TestReceiveCommitsOnlyTheRecord(t *testing.T) {
@@ -168,7 +168,7 @@ func TestReceiveCommitsOnlyTheRecord(t *testing.T) {
 	}
 }
 
-// Point 1 of the trust review: the node's own key is pinned, confirmed,
+// The node's own key is pinned, confirmed,
 // before it can receive anything.
 func TestOwnIdentityPinnedAtOpen(t *testing.T) {
 	n, _ := openNode(t, "self", "alpha")

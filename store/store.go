@@ -25,6 +25,8 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/y"
+
+	"cmbnode/internal/opt"
 )
 
 // NumFields is the number of CAT7 fields a record carries.
@@ -128,21 +130,11 @@ func (o Options) withDefaults(dir string) Options {
 	if o.Now == nil {
 		o.Now = def.Now
 	}
-	if o.MaxClockSkew <= 0 {
-		o.MaxClockSkew = def.MaxClockSkew
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = def.MaxBatch
-	}
-	if o.BlockCacheBytes <= 0 {
-		o.BlockCacheBytes = def.BlockCacheBytes
-	}
-	if o.MemTableBytes <= 0 {
-		o.MemTableBytes = def.MemTableBytes
-	}
-	if o.ValueLogFileBytes <= 0 {
-		o.ValueLogFileBytes = def.ValueLogFileBytes
-	}
+	opt.Default(&o.MaxClockSkew, def.MaxClockSkew)
+	opt.Default(&o.MaxBatch, def.MaxBatch)
+	opt.Default(&o.BlockCacheBytes, def.BlockCacheBytes)
+	opt.Default(&o.MemTableBytes, def.MemTableBytes)
+	opt.Default(&o.ValueLogFileBytes, def.ValueLogFileBytes)
 	if o.hooks == nil {
 		o.hooks = &testHooks{}
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"cmbnode/internal/opt"
 )
 
 // textIndex is the inverted index over the seven fields. It lives in memory
@@ -381,9 +383,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if o.Limit <= 0 {
-		o.Limit = 10
-	}
+	opt.Default(&o.Limit, 10)
 	if o.FieldWeights == ([NumFields]float64{}) {
 		for i := range o.FieldWeights {
 			o.FieldWeights[i] = 1
@@ -396,12 +396,8 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 			o.FieldWeights[i] = 0
 		}
 	}
-	if o.HalfLife <= 0 {
-		o.HalfLife = 7 * 24 * time.Hour
-	}
-	if o.K1 <= 0 {
-		o.K1 = 1.2
-	}
+	opt.Default(&o.HalfLife, 7*24*time.Hour)
+	opt.Default(&o.K1, 1.2)
 	if o.B <= 0 || o.B > 1 {
 		o.B = 0.75
 	}

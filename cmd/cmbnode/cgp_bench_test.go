@@ -47,8 +47,7 @@ import (
 // home opened in-process (node.Open), then the daemon is started on it. A
 // seeded home is built once per size per `go test` run and shared by both
 // benchmarks; it lives in the directory of the test binary build, which
-// TestMain removes. On 2 cores, 100,000 records seed in about 15 s and the
-// daemon then starts in a few seconds (both are logged with -v).
+// TestMain removes. Seeding and daemon start-up are timed in the -v log.
 
 const (
 	cgpBenchQueries   = 300

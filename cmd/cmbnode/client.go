@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"cmbnode/cmb"
+	"cmbnode/node"
 	"cmbnode/node/daemon"
 	"cmbnode/node/ipc"
 )
@@ -172,13 +173,7 @@ func cmdPeers(e *env, args []string) error {
 		return err
 	}
 	var r struct {
-		Peers []struct {
-			NodeID string   `json:"nodeId"`
-			Name   string   `json:"name"`
-			PeerID string   `json:"peerId"`
-			Group  string   `json:"group"`
-			Addrs  []string `json:"addrs"`
-		} `json:"peers"`
+		Peers []node.PeerInfo `json:"peers"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return fmt.Errorf("daemon sent an unreadable peer list: %w", err)

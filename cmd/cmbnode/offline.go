@@ -95,9 +95,8 @@ field counts as "neutral" (MMP §14 A1).`)
 	return tool(e, args[1:])
 }
 
-// readInput reads one JSON record from stdin, filling in what an author may
-// leave out so the offline tools work on hand-written records: key, createdBy,
-// createdAt may be absent, fields may be strings, missing fields are neutral.
+// readInput reads one record as an author writes it (cmb.DecodeDraft), first
+// giving each member in defaults that the record leaves out its default.
 func readInput(e *env, defaults map[string]any) (*cmb.Record, error) {
 	data, err := readStdin(e)
 	if err != nil {
@@ -107,47 +106,18 @@ func readInput(e *env, defaults map[string]any) (*cmb.Record, error) {
 	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
 		return nil, usagef("stdin is not a JSON object: %v", err)
 	}
-	for k, v := range defaults {
-		if _, ok := obj[k]; !ok {
-			b, _ := json.Marshal(v)
-			obj[k] = b
-		}
-	}
-	if raw, ok := obj["fields"]; ok && len(raw) > 0 && raw[0] == '{' {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			return nil, usagef("fields: %v", err)
-		}
-		for _, name := range cmb.FieldNames {
-			v, ok := fields[name]
-			switch {
-			case !ok:
-				fields[name] = json.RawMessage(`{"text":"neutral"}`)
-			case len(v) > 0 && v[0] == '"':
-				var s string
-				json.Unmarshal(v, &s)
-				if s == "" {
-					s = cmb.Neutral
-				}
-				b, _ := json.Marshal(map[string]string{"text": s})
-				fields[name] = b
-			}
-		}
-		obj["fields"], _ = json.Marshal(fields)
-	} else if !ok {
+	if _, ok := obj["fields"]; !ok {
 		return nil, usagef("record has no fields")
 	}
+	for k, v := range defaults {
+		if _, ok := obj[k]; !ok {
+			obj[k], _ = json.Marshal(v)
+		}
+	}
 	full, _ := json.Marshal(obj)
-	r, err := cmb.Decode(full)
+	r, err := cmb.DecodeDraft(full)
 	if err != nil {
 		return nil, usagef("%v", err)
-	}
-	if !r.IsSealed() {
-		for i := range r.Fields {
-			if r.Fields[i].Text == "" {
-				r.Fields[i].Text = cmb.Neutral
-			}
-		}
 	}
 	return r, nil
 }
@@ -162,7 +132,7 @@ func cmbKey(e *env, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	r, err := readInput(e, map[string]any{"key": "", "createdBy": "", "createdAt": 0})
+	r, err := readInput(e, nil)
 	if err != nil {
 		return err
 	}
@@ -206,7 +176,7 @@ func cmbSign(e *env, args []string) error {
 		}
 		priv, author = id.Ed25519, id.NodeID
 	}
-	defaults := map[string]any{"key": "", "createdAt": time.Now().UnixMilli(), "group": group.Default}
+	defaults := map[string]any{"createdAt": time.Now().UnixMilli(), "group": group.Default}
 	if author != "" {
 		defaults["createdBy"] = author
 	}

@@ -12,30 +12,21 @@ import (
 	"strings"
 	"time"
 
+	"cmbnode/internal/opt"
 	"cmbnode/lineage/walk"
 )
 
-// Defaults and hard limits of the Engine. They bound work per query and the
-// size of a reply line, independently of what a host asks for.
-const (
-	DefaultProviderName = "cmbnode"
-	// DefaultMaxCandidates caps how many search hits one query examines.
-	DefaultMaxCandidates = 256
-	// DefaultMaxThread caps the members of one episode narrative.
-	DefaultMaxThread = 24
-	// DefaultMaxResultBytes caps the encoded frames of one result, well
-	// under the 16 MiB line a host reads, leaving room for attestations.
-	DefaultMaxResultBytes = 12 << 20
-	// attestationOverhead is a generous per-frame allowance for the
-	// frame_attestations entry (signature, proof path, identity).
-	attestationOverhead = 2048
-)
+// attestationOverhead is a generous per-frame allowance for the
+// frame_attestations entry (signature, proof path, identity).
+const attestationOverhead = 2048
 
-// Config configures an Engine.
+// Config configures an Engine. NewEngine gives every field left zero its
+// value in DefaultConfig. The limits bound work per query and the size of a
+// reply line, independently of what a host asks for.
 type Config struct {
 	Backend         Backend
-	ProviderName    string // wire provider id (D5); default "cmbnode"
-	ProviderVersion string // default "dev"
+	ProviderName    string // wire provider id (D5)
+	ProviderVersion string
 	// Group is used in URIs of records that carry no group (legacy cmb-).
 	Group string
 	// SigningKey, if set, makes every result carry §6.5 attestations and
@@ -44,11 +35,30 @@ type Config struct {
 	KeyID      string // default "ed25519:" + first 16 hex of the public key
 	AttesterID string // default ProviderName
 	// Now stamps issued_at (not signed); tests pin it for golden output.
-	Now            func() time.Time
-	MaxCandidates  int
-	MaxThread      int
+	Now func() time.Time
+	// MaxCandidates caps how many search hits one query examines.
+	MaxCandidates int
+	// MaxThread caps the members of one episode narrative. Below 2 it takes
+	// the default: an episode needs the focal record and a relative.
+	MaxThread int
+	// MaxResultBytes caps the encoded frames of one result, well under the
+	// 16 MiB line a host reads, leaving room for attestations.
 	MaxResultBytes int
 	Logger         *slog.Logger
+}
+
+// DefaultConfig returns the settings NewEngine uses for the fields left
+// zero. Backend has no default; KeyID and AttesterID follow from the
+// signing key and the provider name.
+func DefaultConfig() Config {
+	return Config{
+		ProviderName:    "cmbnode",
+		ProviderVersion: "dev",
+		Now:             time.Now,
+		MaxCandidates:   256,
+		MaxThread:       24,
+		MaxResultBytes:  12 << 20,
+	}
 }
 
 // Engine answers CGP handshakes, queries and verifies over a Backend. It is
@@ -64,27 +74,18 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Backend == nil {
 		return nil, errors.New("cgp: NewEngine: Backend is required")
 	}
-	if cfg.ProviderName == "" {
-		cfg.ProviderName = DefaultProviderName
-	}
-	if cfg.ProviderVersion == "" {
-		cfg.ProviderVersion = "dev"
-	}
+	def := DefaultConfig()
+	opt.Default(&cfg.ProviderName, def.ProviderName)
+	opt.Default(&cfg.ProviderVersion, def.ProviderVersion)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = def.Now
 	}
-	if cfg.MaxCandidates <= 0 {
-		cfg.MaxCandidates = DefaultMaxCandidates
-	}
+	opt.Default(&cfg.MaxCandidates, def.MaxCandidates)
 	if cfg.MaxThread < 2 {
-		cfg.MaxThread = DefaultMaxThread
+		cfg.MaxThread = def.MaxThread
 	}
-	if cfg.MaxResultBytes <= 0 {
-		cfg.MaxResultBytes = DefaultMaxResultBytes
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Default(&cfg.MaxResultBytes, def.MaxResultBytes)
+	opt.Logger(&cfg.Logger)
 	e := &Engine{cfg: cfg}
 	if cfg.SigningKey != nil {
 		if len(cfg.SigningKey) != ed25519.PrivateKeySize {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"cmbnode/internal/opt"
 )
 
 // HTTP binding limits. Mount the handler on a server built by
@@ -66,7 +68,8 @@ func CheckBearerToken(tok string) error {
 	return nil
 }
 
-// HTTPOptions tunes NewHTTPHandler.
+// HTTPOptions tunes NewHTTPHandler; each field left zero takes its value in
+// DefaultHTTPOptions.
 type HTTPOptions struct {
 	Logger *slog.Logger
 	// BearerToken is required as `Authorization: Bearer <token>`; anything
@@ -76,6 +79,10 @@ type HTTPOptions struct {
 	// RequestTimeout bounds one query or verify (default 25 s).
 	RequestTimeout time.Duration
 }
+
+// DefaultHTTPOptions returns the settings NewHTTPHandler uses for the
+// fields left zero. BearerToken has no default.
+func DefaultHTTPOptions() HTTPOptions { return HTTPOptions{RequestTimeout: requestTimeout} }
 
 // NewHTTPHandler serves the whole protocol from one POST handler mounted at
 // any path: one envelope per request body, one per response body. Every
@@ -94,12 +101,8 @@ type HTTPOptions struct {
 // granted, so preflights fail too. Refusals carry a `forbidden` or
 // `unauthorized` error envelope and are never logged with their headers.
 func NewHTTPHandler(h Handler, opts HTTPOptions) http.Handler {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = 25 * time.Second
-	}
+	opt.Logger(&opts.Logger)
+	opt.Default(&opts.RequestTimeout, DefaultHTTPOptions().RequestTimeout)
 	hh := &httpHandler{h: h, opts: opts}
 	if opts.BearerToken != "" {
 		hh.tokenSum = sha256.Sum256([]byte(opts.BearerToken))

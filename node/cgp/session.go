@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"cmbnode/internal/opt"
 )
 
 // Handler answers the payload-carrying requests. Transports (Serve, the
@@ -51,9 +53,7 @@ type Session struct {
 // NewSession returns a Session that refuses query/verify before a
 // handshake (our policy; the spec says no payload moves before it).
 func NewSession(h Handler, log *slog.Logger) *Session {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&log)
 	return &Session{h: h, requireHandshake: true, log: log}
 }
 

@@ -9,16 +9,22 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"cmbnode/internal/opt"
 )
 
-// ServeOptions tunes Serve; the zero value is ready to use.
+// requestTimeout is both bindings' default RequestTimeout.
+const requestTimeout = 25 * time.Second
+
+// ServeOptions tunes Serve; the zero value is ready to use, each field left
+// zero taking its value in DefaultServeOptions.
 type ServeOptions struct {
 	// Logger receives diagnostics; it must not write to the protocol
 	// stream (use stderr). Default: discard.
 	Logger *slog.Logger
-	// RequestTimeout bounds one query or verify. It is below the host's
-	// 30 s so the host gets a named `unavailable` instead of a timeout.
-	// Default 25 s.
+	// RequestTimeout bounds one query or verify. Default 25 s, below the
+	// host's 30 s so the host gets a named `unavailable` instead of a
+	// timeout.
 	RequestTimeout time.Duration
 	// Concurrency bounds queries/verifies in flight (replies may then come
 	// out of order, which correlation allows). Default 4.
@@ -28,26 +34,24 @@ type ServeOptions struct {
 	ShutdownGrace time.Duration
 }
 
+// DefaultServeOptions returns the settings Serve uses for the fields left
+// zero.
+func DefaultServeOptions() ServeOptions {
+	return ServeOptions{RequestTimeout: requestTimeout, Concurrency: 4, ShutdownGrace: 500 * time.Millisecond}
+}
+
 // Serve runs the stdio binding: one envelope per line each way, replies
 // written whole (one Write of envelope+"\n" per reply, under a mutex). It
 // returns nil on `shutdown` (after at most ShutdownGrace for requests in
-// flight) and on EOF
-// (after finishing requests in flight), and an error only when reading or
-// writing fails or ctx ends. Lines longer than MaxInputLine get
-// bad_request and are skipped; the provider keeps serving.
+// flight) and on EOF (after finishing requests in flight), and an error only
+// when reading or writing fails or ctx ends. Lines longer than MaxInputLine
+// get bad_request and are skipped; the provider keeps serving.
 func Serve(ctx context.Context, r io.Reader, w io.Writer, h Handler, opts ServeOptions) error {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = 25 * time.Second
-	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
-	}
-	if opts.ShutdownGrace <= 0 {
-		opts.ShutdownGrace = 500 * time.Millisecond
-	}
+	opt.Logger(&opts.Logger)
+	def := DefaultServeOptions()
+	opt.Default(&opts.RequestTimeout, def.RequestTimeout)
+	opt.Default(&opts.Concurrency, def.Concurrency)
+	opt.Default(&opts.ShutdownGrace, def.ShutdownGrace)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -140,9 +140,9 @@ type decodedRecord struct {
 }
 
 // decodedCache remembers decoded records and their provenance digests by
-// key. Decoding and canonicalising dominated a query's cost, and a query
-// gets the same records repeatedly (hits, their threads and relations). An
-// entry is used only for the very bytes it was made from (by SHA-256), so a
+// key, because decoding and canonicalising are the costly part of reading a
+// record and a query reads the same records repeatedly (hits, their threads
+// and relations). An entry is used only for the very bytes it was made from (by SHA-256), so a
 // key purged and later stored again with other bytes is decoded afresh.
 // Two generations bound it: when the current one fills it becomes the old
 // one, and entries found there move back to the current one.

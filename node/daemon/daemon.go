@@ -76,9 +76,7 @@ type Overrides struct {
 
 // Apply writes the overrides onto c.
 func (o Overrides) Apply(c *config.Config) {
-	if o.Group != nil {
-		c.Group = *o.Group
-	}
+	override(&c.Group, o.Group)
 	if len(o.Listen) > 0 {
 		c.Listen = append([]string(nil), o.Listen...)
 	}
@@ -88,20 +86,17 @@ func (o Overrides) Apply(c *config.Config) {
 	if o.NoMDNS {
 		c.MDNS = false
 	}
-	if o.CGPHTTP != nil {
-		c.CGPHTTP = *o.CGPHTTP
-	}
-	if o.Metrics != nil {
-		c.Metrics = *o.Metrics
-	}
-	if o.Retention != nil {
-		c.Retention.Duration = *o.Retention
-	}
-	if o.LogJSON != nil {
-		c.LogJSON = *o.LogJSON
-	}
-	if o.LogLevel != nil {
-		c.LogLevel = *o.LogLevel
+	override(&c.CGPHTTP, o.CGPHTTP)
+	override(&c.Metrics, o.Metrics)
+	override(&c.Retention.Duration, o.Retention)
+	override(&c.LogJSON, o.LogJSON)
+	override(&c.LogLevel, o.LogLevel)
+}
+
+// override sets *dst to *v when the flag was given (v is not nil).
+func override[T any](dst, v *T) {
+	if v != nil {
+		*dst = *v
 	}
 }
 

@@ -252,56 +252,23 @@ func decodeRemember(m message) (node.RememberInput, error) {
 	return in, nil
 }
 
-// decodeFields reads name → "text" | {"text", "valence"?, "arousal"?,
-// "vector"?}. Missing fields stay empty, which Build turns into "neutral".
-// Unknown names are refused so a typo is not silently a neutral field.
+// decodeFields reads the fields as cmb.DecodeDraftFields does, and refuses
+// any name or member it does not know so a typo is not silently a neutral
+// field or an ignored value.
 func decodeFields(raw json.RawMessage) (cmb.Fields, error) {
-	var f cmb.Fields
-	var obj map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
-		return f, Errorf(CodeBadRequest, "fields must be an object of field name to text")
+	f, extra, err := cmb.DecodeDraftFields(raw)
+	if err != nil {
+		return cmb.Fields{}, Errorf(CodeBadRequest, "%v", err)
 	}
-	for name, v := range obj {
-		i, ok := cmb.FieldIndex(name)
-		if !ok {
-			return f, Errorf(CodeBadRequest, "fields.%s is not a field; use %s", name, strings.Join(cmb.FieldNames[:], ", "))
-		}
-		if err := decodeField(&f[i], name, v); err != nil {
-			return f, err
+	if len(extra) > 0 {
+		return cmb.Fields{}, Errorf(CodeBadRequest, "fields.%s is not a field; use %s", extra[0].Name, strings.Join(cmb.FieldNames[:], ", "))
+	}
+	for i := range f {
+		if len(f[i].Extra) > 0 {
+			return cmb.Fields{}, Errorf(CodeBadRequest, "fields.%s.%s is not a member: a field has text and vector, and mood also valence and arousal", cmb.FieldNames[i], f[i].Extra[0].Name)
 		}
 	}
-	return f, nil
-}
-
-func decodeField(f *cmb.Field, name string, v json.RawMessage) error {
-	switch {
-	case string(v) == "null":
-		return nil
-	case len(v) > 0 && v[0] == '"':
-		return json.Unmarshal(v, &f.Text)
-	case len(v) > 0 && v[0] == '{':
-	default:
-		return Errorf(CodeBadRequest, "fields.%s must be a string or an object with text", name)
-	}
-	var o struct {
-		Text    *string   `json:"text"`
-		Valence *float64  `json:"valence"`
-		Arousal *float64  `json:"arousal"`
-		Vector  []float64 `json:"vector"`
-	}
-	d := json.NewDecoder(strings.NewReader(string(v)))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&o); err != nil {
-		return Errorf(CodeBadRequest, "fields.%s: %v (members: text, valence, arousal, vector)", name, err)
-	}
-	if o.Text == nil {
-		return Errorf(CodeBadRequest, "fields.%s.text is missing", name)
-	}
-	if name != "mood" && (o.Valence != nil || o.Arousal != nil) {
-		return Errorf(CodeBadRequest, "fields.%s: only mood carries valence and arousal", name)
-	}
-	f.Text, f.Valence, f.Arousal, f.Vector = *o.Text, o.Valence, o.Arousal, o.Vector
-	return nil
+	return *f, nil
 }
 
 // decodeParents reads an array of keys or {key} objects (or whole records,

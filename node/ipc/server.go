@@ -17,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"cmbnode/internal/opt"
 	"cmbnode/node/events"
 )
 
-// Options configure a Server. Zero values take the defaults noted.
+// Options configure a Server. Zero values take the defaults noted, which
+// DefaultOptions returns.
 type Options struct {
 	// Path is the socket file, normally $CMBNODE_HOME/daemon.sock.
 	Path string
@@ -54,31 +56,30 @@ type Options struct {
 	DrainTimeout time.Duration
 }
 
+// DefaultOptions returns the settings Listen uses for the fields left zero
+// (or, for the numbers, zero or less). Path and Node have no default.
+func DefaultOptions() Options {
+	return Options{
+		MaxConns:       1024,
+		MaxInFlight:    64,
+		WriteQueue:     1024,
+		EventQueue:     256,
+		MessageTimeout: 30 * time.Second,
+		WriteTimeout:   10 * time.Second,
+		DrainTimeout:   5 * time.Second,
+	}
+}
+
 func (o *Options) defaults() {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = 1024
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 64
-	}
-	if o.WriteQueue <= 0 {
-		o.WriteQueue = 1024
-	}
-	if o.EventQueue <= 0 {
-		o.EventQueue = 256
-	}
-	if o.MessageTimeout <= 0 {
-		o.MessageTimeout = 30 * time.Second
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 10 * time.Second
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 5 * time.Second
-	}
+	def := DefaultOptions()
+	opt.Logger(&o.Logger)
+	opt.Default(&o.MaxConns, def.MaxConns)
+	opt.Default(&o.MaxInFlight, def.MaxInFlight)
+	opt.Default(&o.WriteQueue, def.WriteQueue)
+	opt.Default(&o.EventQueue, def.EventQueue)
+	opt.Default(&o.MessageTimeout, def.MessageTimeout)
+	opt.Default(&o.WriteTimeout, def.WriteTimeout)
+	opt.Default(&o.DrainTimeout, def.DrainTimeout)
 }
 
 // Server serves the local socket.

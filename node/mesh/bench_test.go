@@ -128,7 +128,7 @@ func BenchmarkLatency5Nodes1000PerSec(b *testing.B) { benchLatency(b, 5) }
 // The highest paced rate at which gossip alone delivers every record
 // (catch-up off, no GossipSub drop), trying doubling rates for 3 s each.
 func BenchmarkMaxLosslessRate(b *testing.B) {
-	tune := func(c *mesh.Config) { c.CatchUpInterval = -1; c.PublishRate = 1e6; c.PublishBurst = 1e6 }
+	tune := func(c *mesh.Config) { mesh.DisableCatchUp(c); c.PublishRate = 1e6; c.PublishBurst = 1e6 }
 	best := 0.0
 	for range b.N {
 		for _, rate := range []float64{1000, 2000, 3000, 4000, 6000, 8000} {
@@ -161,8 +161,8 @@ func BenchmarkMaxLosslessRate(b *testing.B) {
 // store workers as the mesh runs it) over records signed elsewhere, per
 // core of GOMAXPROCS.
 func BenchmarkReceiverIngest(b *testing.B) {
-	author := newMember(b, "bench", "author", nil, func(c *mesh.Config) { c.CatchUpInterval = -1 })
-	recv := newMember(b, "bench", "receiver", nil, func(c *mesh.Config) { c.CatchUpInterval = -1 })
+	author := newMember(b, "bench", "author", nil, mesh.DisableCatchUp)
+	recv := newMember(b, "bench", "receiver", nil, mesh.DisableCatchUp)
 	const n = 10000
 	recs := make([]*cmb.Record, n)
 	for i := range recs {
@@ -206,7 +206,7 @@ func BenchmarkReceiverIngest(b *testing.B) {
 		total += n
 		b.StopTimer()
 		recv.stop() // a fresh store each round: every record is new
-		recv = newMember(b, "bench", "receiver", nil, func(c *mesh.Config) { c.CatchUpInterval = -1 })
+		recv = newMember(b, "bench", "receiver", nil, mesh.DisableCatchUp)
 		b.StartTimer()
 	}
 	el := busy.Seconds()

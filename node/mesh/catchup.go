@@ -38,7 +38,7 @@ var errStop = errors.New("stop")
 // catchUpLoop reconciles with every peer each CatchUpInterval and refreshes
 // their view of our peers.
 func (m *Mesh) catchUpLoop(ctx context.Context) {
-	if m.cfg.CatchUpInterval < 0 {
+	if m.cfg.noCatchUp {
 		return
 	}
 	t := time.NewTicker(m.cfg.CatchUpInterval)
@@ -83,7 +83,7 @@ func (m *Mesh) CatchUpNow(ctx context.Context) {
 
 // catchUpPeer runs one reconciliation with pid unless one is running.
 func (m *Mesh) catchUpPeer(ctx context.Context, pid peer.ID, why string) {
-	if m.cfg.CatchUpInterval < 0 {
+	if m.cfg.noCatchUp {
 		return
 	}
 	m.mu.Lock()

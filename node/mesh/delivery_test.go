@@ -63,9 +63,8 @@ func TestDirectedRecord(t *testing.T) {
 // receiver stores it and fetches the lineage from the sender. Catch-up is
 // off so only the fetch path can deliver the parents.
 func TestRemixFetchesMissingParents(t *testing.T) {
-	noCatchUp := func(c *mesh.Config) { c.CatchUpInterval = -1 }
-	a := newMember(t, "alpha", "author", nil, noCatchUp)
-	b := newMember(t, "alpha", "receiver", []*member{a}, noCatchUp)
+	a := newMember(t, "alpha", "author", nil, mesh.DisableCatchUp)
+	b := newMember(t, "alpha", "receiver", []*member{a}, mesh.DisableCatchUp)
 	waitPeers(t, 1, a, b)
 
 	// The ancestors are stored on a while it is detached, so they are never published.

@@ -7,3 +7,6 @@ import "github.com/libp2p/go-libp2p/core/peer"
 func SetPeerInfoDialHook(c *Config, hook func(peer.AddrInfo) (done func())) {
 	c.peerInfoDialHook = hook
 }
+
+// DisableCatchUp makes the mesh started from c never reconcile with a peer.
+func DisableCatchUp(c *Config) { c.noCatchUp = true }

@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"cmbnode/group"
+	"cmbnode/internal/opt"
 	"cmbnode/node"
 	"cmbnode/node/identity"
 )
@@ -50,26 +51,21 @@ const ProtocolID = protocol.ID("/mmp/1.1.0")
 // not SYM's _sym._tcp: libp2p peers are found by their own service.
 const MDNSService = "_cmbnode-mmp._udp"
 
-// DefaultListen are the listen addresses when none are configured: every
-// interface, random ports, TCP and QUIC.
-var DefaultListen = []string{
-	"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1",
-	"/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1",
-}
-
-// Config configures a mesh. Only Node is required; zero values take the
-// documented defaults.
+// Config configures a mesh. Only Node is required; Start gives every other
+// field left zero its value in DefaultConfig.
 type Config struct {
 	// Node is the core the mesh feeds; its identity keys the host and its
 	// group is the only group this mesh joins.
 	Node *node.Node
-	// Listen are libp2p multiaddrs; empty means DefaultListen.
+	// Listen are libp2p multiaddrs (default: every interface, random ports,
+	// TCP and QUIC).
 	Listen []string
 	// Bootstrap are full multiaddrs (with /p2p/) dialled at start and
 	// re-dialled with backoff whenever the connection drops.
 	Bootstrap []string
 	// MDNS announces and discovers peers on the LAN.
-	MDNS   bool
+	MDNS bool
+	// Logger receives the mesh's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives libp2p's own families (libp2p_*: host, swarm,
 	// resource manager); nil turns them off. It must be a private registry,
@@ -82,8 +78,7 @@ type Config struct {
 	// HeartbeatInterval and HeartbeatTimeout are MMP's 5 s / 15 s.
 	HeartbeatInterval, HeartbeatTimeout time.Duration
 	// CatchUpInterval is how often each peer is reconciled after the first
-	// reconciliation on connect (default 60 s). Negative turns catch-up off
-	// entirely (tests that isolate the fetch path); never do that in a daemon.
+	// reconciliation on connect (default 60 s).
 	CatchUpInterval time.Duration
 	// PublishRate (records/s) and PublishBurst pace Publish: a burst beyond
 	// them waits instead of overrunning GossipSub queues (default 4000/s,
@@ -91,46 +86,51 @@ type Config struct {
 	PublishRate  float64
 	PublishBurst int
 	// ConnLow and ConnHigh are the connection manager's watermarks (default
-	// 64/192); handshaken group peers are protected from trimming.
+	// 64/192; a ConnHigh not above ConnLow is three times ConnLow);
+	// handshaken group peers are protected from trimming.
 	ConnLow, ConnHigh int
 	// RetryMax caps the backoff of a pending parent fetch and of a
 	// bootstrap re-dial (default 60 s).
 	RetryMax time.Duration
 
-	// peerInfoDialHook, when set (by tests, through export_test.go), is
-	// called as each peer-info dial starts; the function it returns is
-	// called when that dial ends.
+	// Set only by tests, through export_test.go. peerInfoDialHook is
+	// called as each peer-info dial starts, and the function it returns
+	// when that dial ends. noCatchUp turns reconciliation off, so a test
+	// sees what gossip and fetch deliver on their own.
 	peerInfoDialHook func(peer.AddrInfo) (done func())
+	noCatchUp        bool
+}
+
+// DefaultConfig returns the settings Start uses for the fields left zero.
+func DefaultConfig() Config {
+	return Config{
+		Listen:            []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1", "/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1"},
+		HandshakeTimeout:  10 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
+		HeartbeatTimeout:  15 * time.Second,
+		CatchUpInterval:   60 * time.Second,
+		PublishRate:       4000,
+		PublishBurst:      2000,
+		ConnLow:           64,
+		ConnHigh:          192,
+		RetryMax:          60 * time.Second,
+	}
 }
 
 func (c *Config) defaults() {
+	def := DefaultConfig()
 	if len(c.Listen) == 0 {
-		c.Listen = DefaultListen
+		c.Listen = def.Listen
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	setDur := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	setDur(&c.HandshakeTimeout, 10*time.Second)
-	setDur(&c.HeartbeatInterval, 5*time.Second)
-	setDur(&c.HeartbeatTimeout, 15*time.Second)
-	if c.CatchUpInterval == 0 {
-		c.CatchUpInterval = 60 * time.Second
-	}
-	setDur(&c.RetryMax, 60*time.Second)
-	if c.PublishRate <= 0 {
-		c.PublishRate = 4000
-	}
-	if c.PublishBurst <= 0 {
-		c.PublishBurst = 2000
-	}
-	if c.ConnLow <= 0 {
-		c.ConnLow = 64
-	}
+	opt.Logger(&c.Logger)
+	opt.Default(&c.HandshakeTimeout, def.HandshakeTimeout)
+	opt.Default(&c.HeartbeatInterval, def.HeartbeatInterval)
+	opt.Default(&c.HeartbeatTimeout, def.HeartbeatTimeout)
+	opt.Default(&c.CatchUpInterval, def.CatchUpInterval)
+	opt.Default(&c.RetryMax, def.RetryMax)
+	opt.Default(&c.PublishRate, def.PublishRate)
+	opt.Default(&c.PublishBurst, def.PublishBurst)
+	opt.Default(&c.ConnLow, def.ConnLow)
 	if c.ConnHigh <= c.ConnLow {
 		c.ConnHigh = c.ConnLow * 3
 	}

@@ -40,9 +40,9 @@ func recallKeys(t *testing.T, mb *member, query string) []string {
 	return keys
 }
 
-// Point 1 of the trust review: a member cannot publish records "authored
-// by" the receiving node. Before the fix the victim verified such a record
-// against the frame's key, stored it and served it under its own name.
+// A member cannot publish records "authored by" the receiving node: a
+// record claiming the receiver's nodeId is checked against the receiver's
+// own key, never the frame's, so it is neither stored nor served.
 func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
@@ -73,7 +73,7 @@ func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	}
 }
 
-// Point 2 of the trust review: a key that came only with a gossiped frame
+// A key that came only with a gossiped frame
 // is marked unconfirmed, and a later handshake presenting another key for
 // the nodeId wins: the records the frame key signed are quarantined (kept,
 // not surfaced, listed by status), counted and logged.
@@ -160,7 +160,7 @@ func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	}
 }
 
-// Point 3 of the trust review: an unsigned legacy record claiming an author
+// An unsigned legacy record claiming an author
 // whose key the victim holds is refused with a named reason, whatever the
 // frame says, and honest traffic keeps flowing.
 func TestUnsignedLegacyRecordRefused(t *testing.T) {

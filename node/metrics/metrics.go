@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"cmbnode/internal/opt"
 	"cmbnode/node"
 	"cmbnode/node/mesh"
 )
@@ -48,9 +49,7 @@ func Register(reg prometheus.Registerer, n *node.Node, m MeshStats) error {
 // Handler serves what g gathers in the Prometheus text format, to GET and
 // HEAD only.
 func Handler(g prometheus.Gatherer, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger(&log)
 	// A collector that fails leaves its families out; the rest is served.
 	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: errorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {

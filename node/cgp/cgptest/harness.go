@@ -13,6 +13,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"cmbnode/internal/opt"
 	"cmbnode/node/cgp"
 )
 
@@ -108,7 +109,8 @@ func AllChecks() []string {
 // SampleQuery is the conformance suite's sample query.
 const SampleQuery = `{"goal":"conformance probe: return your most relevant frames","query_text":"conformance probe","max_frames":8,"max_tokens":4096}`
 
-// Options tunes a run.
+// Options tunes a run; each field left zero takes its value in
+// DefaultOptions.
 type Options struct {
 	// HostVersion is sent in the handshake (default contextgraph/1.0-draft,
 	// what the mirror's host sends).
@@ -138,20 +140,23 @@ type runner struct {
 	sample *resultView
 }
 
+// DefaultOptions returns the settings Run uses for the fields left zero.
+func DefaultOptions() Options {
+	return Options{
+		HostVersion:      "contextgraph/1.0-draft",
+		HandshakeTimeout: 10 * time.Second,
+		QueryTimeout:     30 * time.Second,
+		ShutdownGrace:    2 * time.Second,
+	}
+}
+
 // Run runs the harness against t.
 func Run(ctx context.Context, t Target, opts Options) Report {
-	if opts.HostVersion == "" {
-		opts.HostVersion = "contextgraph/1.0-draft"
-	}
-	if opts.HandshakeTimeout == 0 {
-		opts.HandshakeTimeout = 10 * time.Second
-	}
-	if opts.QueryTimeout == 0 {
-		opts.QueryTimeout = 30 * time.Second
-	}
-	if opts.ShutdownGrace == 0 {
-		opts.ShutdownGrace = 2 * time.Second
-	}
+	def := DefaultOptions()
+	opt.Default(&opts.HostVersion, def.HostVersion)
+	opt.Default(&opts.HandshakeTimeout, def.HandshakeTimeout)
+	opt.Default(&opts.QueryTimeout, def.QueryTimeout)
+	opt.Default(&opts.ShutdownGrace, def.ShutdownGrace)
 	r := &runner{ctx: ctx, t: t, opts: opts}
 	rep := Report{Target: t.Name()}
 	var schemaErr error
