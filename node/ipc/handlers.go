@@ -20,6 +20,10 @@ type Node interface {
 	Recall(ctx context.Context, query string, limit int) ([]node.RecallHit, error)
 	Get(ctx context.Context, key string) (*node.Stored, error)
 	Lineage(ctx context.Context, key string, depth int) (node.LineageResult, error)
+	ResolveKey(ctx context.Context, ref string) (string, error)
+	Recent(ctx context.Context, o node.RecentOptions) ([]node.Memory, error)
+	Thread(ctx context.Context, key string, maxMembers int) ([]node.ThreadMember, error)
+	AuthorNames(ctx context.Context, authors []string) (map[string]string, error)
 	Status() node.Status
 	Peers() []node.PeerInfo
 	Events() *events.Bus
@@ -120,7 +124,7 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 			Results []node.RecallHit `json:"results"`
 		}{hits}, nil
 	case TypeGet:
-		key, err := requiredKey(m)
+		key, err := c.resolvedKey(ctx, m)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +134,7 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		}
 		return GetReply{CMB: s.Raw, Source: s.Source, StoredAt: s.StoredAt.UnixMilli(), Directed: s.Directed, KeyConfirmed: s.KeyConfirmed}, nil
 	case TypeLineage:
-		key, err := requiredKey(m)
+		key, err := c.resolvedKey(ctx, m)
 		if err != nil {
 			return nil, err
 		}
@@ -152,8 +156,14 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		}{n.Peers()}, nil
 	case TypeListen:
 		return nil, c.listen(typ, id)
+	case TypeRecent:
+		return c.recent(ctx, m)
+	case TypeThread:
+		return c.thread(ctx, m)
+	case TypeAuthors:
+		return c.authors(ctx, m)
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, query, verify, status, peers, listen", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.

@@ -43,6 +43,9 @@ const (
 	TypeStatus   = "status"
 	TypePeers    = "peers"
 	TypeListen   = "listen"
+	TypeRecent   = "recent"
+	TypeThread   = "thread"
+	TypeAuthors  = "authors"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot
