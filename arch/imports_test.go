@@ -75,6 +75,8 @@ var rules = []struct {
 	{"cmbnode/node/ipc", false, []string{"cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/daemon", libp2p, badger}, "the socket goes through the node"},
 	{"cmbnode/node/cgp", true, []string{"cmbnode/node", "cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/ipc", badger, libp2p}, "the CGP engine works on its Backend only"},
 	{"cmbnode/node/cgpnode", false, []string{"cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/daemon", badger, libp2p}, "the CGP adapter goes through the node"},
+	{"cmbnode/node/mcpnode", false, []string{"cmbnode/store", "cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/daemon", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", badger, libp2p}, "the MCP server talks to the daemon socket only"},
+	{"cmbnode/node/mcpnode", true, []string{"cmbnode/node/mesh", libp2p}, "the MCP server never opens the network itself"},
 	{"cmbnode/node/metrics", false, []string{"cmbnode/store", badger}, "metrics read the node and the mesh"},
 	{"cmbnode/cmd/cmbnode", false, []string{"cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/metrics", "cmbnode/node/cgp", badger, libp2p}, "cmd parses, calls node/daemon or a client, and formats"},
 }

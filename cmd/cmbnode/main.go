@@ -52,6 +52,7 @@ func commands() []command {
 		{"recall", "ranked search over stored CMBs", cmdRecall},
 		{"get", "show one stored CMB", cmdGet},
 		{"lineage", "show a CMB's ancestors and descendants", cmdLineage},
+		{"mcp", "serve Model Context Protocol over stdio (for LLM hosts)", cmdMCP},
 		{"cgp", "serve Context Graph Protocol over stdio", cmdCGP},
 		{"cmb", "offline tools on one CMB read from stdin (key, sign, verify, seal, open)", cmdCMB},
 	}

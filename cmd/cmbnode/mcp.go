@@ -1,0 +1,29 @@
+package main
+
+import (
+	"cmbnode/node/daemon"
+	"cmbnode/node/mcpnode"
+)
+
+func cmdMCP(e *env, args []string) error {
+	flags := newFlags(e, "mcp", "mcp [--home DIR] [--log-level L]   (a host spawns this; stdout carries only MCP messages)")
+	home := homeFlag(flags)
+	level := flags.String("log-level", "warn", "stderr log level: debug, info, warn or error")
+	if rest, err := parse(flags, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usagef("unexpected argument %q", rest[0])
+	}
+	switch *level {
+	case "debug", "info", "warn", "error":
+	default:
+		return usagef("--log-level %q: use debug, info, warn or error", *level)
+	}
+	h, err := resolveHome(*home)
+	if err != nil {
+		return err
+	}
+	return mcpnode.Serve(e.ctx, e.stdin, e.stdout, mcpnode.Options{
+		Socket: daemon.SocketPath(h), Home: h, Version: version(), Logger: daemon.NewLogger(e.stderr, false, *level),
+	})
+}

@@ -1,0 +1,103 @@
+package mcpnode
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"cmbnode/cmb"
+	"cmbnode/node"
+)
+
+// Memory is one memory as the tools return it.
+type Memory struct {
+	Key        string          `json:"key" jsonschema:"the memory's content address (cmb1-…); get, thread and parents take it or a unique prefix"`
+	Author     string          `json:"author" jsonschema:"the author's nodeId"`
+	AuthorName string          `json:"authorName,omitempty" jsonschema:"the name the author goes by in the group, when known"`
+	Time       string          `json:"time" jsonschema:"when the author created it, RFC 3339 UTC"`
+	Group      string          `json:"group" jsonschema:"the mesh group it belongs to"`
+	Fields     node.FieldsJSON `json:"fields" jsonschema:"the seven fields: focus, issue, intent, motivation, commitment, perspective, mood; each {text}, mood also valence and arousal; an unfilled field reads neutral"`
+	Parents    []string        `json:"parents,omitempty" jsonschema:"keys of the memories this one builds on"`
+	Score      *float64        `json:"score,omitempty" jsonschema:"recall only: relevance blended with recency, higher is better"`
+}
+
+func formatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
+
+func memoryOf(m node.Memory, names map[string]string) Memory {
+	return Memory{Key: m.Key, Author: m.CreatedBy, AuthorName: names[m.CreatedBy], Time: formatTime(m.CreatedAt),
+		Group: m.Group, Fields: m.Fields, Parents: m.Parents}
+}
+
+func memoryOfRecord(r *cmb.Record, names map[string]string) Memory {
+	return Memory{Key: r.Key, Author: r.CreatedBy, AuthorName: names[r.CreatedBy], Time: formatTime(r.CreatedAt),
+		Group: r.Group, Fields: node.FieldsView(&r.Fields), Parents: r.Parents()}
+}
+
+// who names an author for a reader: the name, else a short nodeId.
+func who(m *Memory) string {
+	if m.AuthorName != "" {
+		return m.AuthorName
+	}
+	return cmb.Truncate(m.Author, 13)
+}
+
+// writeMemory renders one memory in a few lines a model reads well: a head
+// line with key, author and time, then the fields that say something
+// (neutral ones are left out).
+func writeMemory(b *strings.Builder, indent string, m *Memory) {
+	b.WriteString(m.Key)
+	fmt.Fprintf(b, " · %s · %s", who(m), m.Time)
+	if m.Score != nil {
+		fmt.Fprintf(b, " · score %.3f", *m.Score)
+	}
+	b.WriteByte('\n')
+	for _, name := range cmb.FieldNames {
+		f, ok := m.Fields[name]
+		if !ok || f.Text == cmb.Neutral || f.Text == "" {
+			continue
+		}
+		fmt.Fprintf(b, "%s%s: %s", indent, name, oneLine(f.Text, 400))
+		if f.Valence != nil || f.Arousal != nil {
+			var parts []string
+			if f.Valence != nil {
+				parts = append(parts, fmt.Sprintf("valence %+.2f", *f.Valence))
+			}
+			if f.Arousal != nil {
+				parts = append(parts, fmt.Sprintf("arousal %+.2f", *f.Arousal))
+			}
+			fmt.Fprintf(b, " (%s)", strings.Join(parts, ", "))
+		}
+		b.WriteByte('\n')
+	}
+	if len(m.Parents) > 0 {
+		fmt.Fprintf(b, "%sbuilds on: %s\n", indent, strings.Join(m.Parents, ", "))
+	}
+}
+
+// oneLine folds whitespace and cuts text to at most n characters: the text
+// rendering is a digest, the structured content carries the whole text.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+func renderList(head string, ms []Memory) string {
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteByte('\n')
+	for i := range ms {
+		fmt.Fprintf(&b, "%d. ", i+1)
+		writeMemory(&b, "   ", &ms[i])
+	}
+	return b.String()
+}
+
+func plural(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}
