@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"cmbnode/internal/opt"
@@ -71,6 +73,7 @@ func newServer(o Options) (*server, error) {
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
 	})
+	s.srv.AddReceivingMiddleware(s.recoverPanics)
 	s.addTools()
 	s.addResources()
 	s.addPrompts()
@@ -102,6 +105,21 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, o Options) error {
 
 func isEOF(err error) bool {
 	return err == io.EOF || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "connection closed")
+}
+
+// recoverPanics turns a panic while serving one request (ours or the
+// SDK's) into a JSON-RPC internal error for that request: one bad request
+// must not end the host's session.
+func (s *server) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("panic serving a request", "method", method, "panic", r, "stack", string(debug.Stack()))
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error serving " + method + "; the server's log (stderr) has the details"}
+			}
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 func (s *server) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

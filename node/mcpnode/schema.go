@@ -55,10 +55,13 @@ func limitText(props map[string]*jsonschema.Schema, n int, names ...string) {
 	}
 }
 
+// limitInt bounds an integer argument. Its default is stated in the
+// description, not as a schema default: the SDK applies defaults by writing
+// into the arguments object and panics when a host sends "arguments": null.
 func limitInt(props map[string]*jsonschema.Schema, name string, lo, hi, def int) {
 	p := props[name]
 	p.Minimum, p.Maximum = num(float64(lo)), num(float64(hi))
-	p.Default = json.RawMessage(fmt.Sprint(def))
+	p.Description += fmt.Sprintf(" (%d to %d; default %d)", lo, hi, def)
 }
 
 // mood is a mood given as plain text or as {text, valence, arousal}.

@@ -144,9 +144,6 @@ func peekID(b []byte) jsonrpc.ID {
 			return jsonrpc.ID{}
 		}
 		if t == "id" {
-			if f, ok := v.(float64); ok {
-				v = int64(f)
-			}
 			id, err := jsonrpc.MakeID(v)
 			if err != nil {
 				return jsonrpc.ID{}
