@@ -22,12 +22,12 @@ import (
 // mcpHost is an MCP host's session with a `cmbnode mcp` binary over the
 // command transport (the SDK spawns it and speaks on its stdio).
 type mcpHost struct {
-	t       *testing.T
+	t       testing.TB
 	cs      *mcp.ClientSession
 	updates chan string // URIs of notifications/resources/updated
 }
 
-func startMCP(t *testing.T, home string, version string) *mcpHost {
+func startMCP(t testing.TB, home string, version string) *mcpHost {
 	t.Helper()
 	h := &mcpHost{t: t, updates: make(chan string, 64)}
 	client := mcp.NewClient(&mcp.Implementation{Name: "cmbnode-test-host", Version: "1"}, &mcp.ClientOptions{
@@ -58,7 +58,7 @@ func startMCP(t *testing.T, home string, version string) *mcpHost {
 	return h
 }
 
-func mcpCtx(t *testing.T) context.Context {
+func mcpCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
