@@ -68,3 +68,9 @@ func TestEncodeNullID(t *testing.T) {
 		t.Fatalf("encode: %s %v", b, err)
 	}
 }
+
+func TestPlural(t *testing.T) {
+	if got := plural(1, "memory") + ", " + plural(2, "memory") + ", " + plural(0, "peer"); got != "1 memory, 2 memories, 0 peers" {
+		t.Fatal(got)
+	}
+}

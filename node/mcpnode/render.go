@@ -95,9 +95,13 @@ func renderList(head string, ms []Memory) string {
 	return b.String()
 }
 
+// plural counts n things: "1 memory", "2 memories", "0 peers".
 func plural(n int, one string) string {
 	if n == 1 {
 		return "1 " + one
+	}
+	if many, ok := strings.CutSuffix(one, "y"); ok {
+		return fmt.Sprintf("%d %sies", n, many)
 	}
 	return fmt.Sprintf("%d %ss", n, one)
 }
