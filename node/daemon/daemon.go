@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"cmbnode/group"
 	"cmbnode/node"
 	"cmbnode/node/cgp"
 	"cmbnode/node/cgpnode"
@@ -93,6 +94,44 @@ func (o Overrides) Apply(c *config.Config) {
 	override(&c.LogLevel, o.LogLevel)
 }
 
+// Validate checks each given flag's value on its own, naming the flag, so a
+// mistake on the command line is refused before the home is touched.
+func (o Overrides) Validate() error {
+	if o.Group != nil {
+		if err := group.Validate(*o.Group); err != nil {
+			return fmt.Errorf("--group: %w", err)
+		}
+	}
+	for _, a := range o.Listen {
+		if err := config.CheckListen(a); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+	}
+	for _, a := range o.Bootstrap {
+		if err := config.CheckBootstrap(a); err != nil {
+			return fmt.Errorf("--bootstrap: %w", err)
+		}
+	}
+	for flag, v := range map[string]*string{"--cgp-http": o.CGPHTTP, "--metrics": o.Metrics} {
+		if v != nil {
+			if err := config.CheckHostPort(*v); err != nil {
+				return fmt.Errorf("%s: %w", flag, err)
+			}
+		}
+	}
+	if o.Retention != nil && *o.Retention < 0 {
+		return errors.New("--retention must not be negative")
+	}
+	if o.LogLevel != nil {
+		switch *o.LogLevel {
+		case "debug", "info", "warn", "error":
+		default:
+			return fmt.Errorf("--log-level %q: use debug, info, warn or error", *o.LogLevel)
+		}
+	}
+	return nil
+}
+
 // override sets *dst to *v when the flag was given (v is not nil).
 func override[T any](dst, v *T) {
 	if v != nil {
@@ -130,8 +169,9 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Stderr = os.Stderr
 	}
 	home := opts.Home
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return fmt.Errorf("create home %s: %w", home, err)
+	// Settings first: a mistake in them leaves the home as it was.
+	if err := opts.Overrides.Validate(); err != nil {
+		return err
 	}
 	cfg, err := config.Load(home)
 	if err != nil {
@@ -140,6 +180,9 @@ func Run(ctx context.Context, opts Options) error {
 	opts.Overrides.Apply(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("settings (config %s and flags): %w", config.Path(home), err)
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("create home %s: %w", home, err)
 	}
 	log := NewLogger(opts.Stderr, cfg.LogJSON, cfg.LogLevel)
 	sock := SocketPath(home)
@@ -154,6 +197,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if created {
 		log.Info("created a new identity", "nodeId", id.NodeID, "name", id.Name, "file", identity.Path(home))
+	}
+	// The commented file `cmbnode init` writes, so every setting is there
+	// to edit; an existing one is never touched. Flags stay per run.
+	switch err := config.Write(home, config.Default()); {
+	case err == nil:
+		log.Info("wrote the default config", "file", config.Path(home))
+	case !errors.Is(err, config.ErrExists):
+		return err
 	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
