@@ -133,6 +133,7 @@ func cmdStatus(e *env, args []string) error {
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s (%s)\n", st.NodeID, st.Name)
+	fmt.Fprintf(tw, "version\t%s (MMP %s)\n", st.Version, st.ProtocolVersion)
 	fmt.Fprintf(tw, "group\t%s\n", st.Group)
 	peerID := st.PeerID
 	if peerID == "" {
@@ -191,9 +192,13 @@ func cmdPeers(e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tADDRS")
+	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tVERSION\tADDRS")
 	for _, p := range r.Peers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(strings.Join(p.Addrs, ","), 60))
+		v := "MMP " + p.Version
+		if p.Build != "" {
+			v = p.Build + " (" + v + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(v, 40), truncate(strings.Join(p.Addrs, ","), 60))
 	}
 	return tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"cmbnode/cmb"
 	"cmbnode/node/config"
@@ -203,5 +204,36 @@ func TestErrorsAreSaidOnce(t *testing.T) {
 	var e struct{ Code, Message string }
 	if json.Unmarshal([]byte(lines[1]), &e) != nil || e.Code != "unavailable" || strings.Count(e.Message, "daemon.sock") != 1 || strings.Count(e.Message, "running") != 1 {
 		t.Fatalf("cgp with no daemon says it more than once: %s", lines[1])
+	}
+}
+
+// status shows the daemon's build; peers shows each peer's MMP version and
+// cmbnode build from its handshake.
+func TestVersionInStatusAndPeers(t *testing.T) {
+	var v struct{ Version string }
+	if r := bin(t, "", "version", "--json"); json.Unmarshal([]byte(r.stdout), &v) != nil || v.Version == "" {
+		t.Fatalf("version --json: %+v", r)
+	}
+	dir := t.TempDir()
+	a := meshDaemon(t, filepath.Join(dir, "a"), "alpha")
+	boot := status(t, dialDaemon(t, a)).Addrs[0]
+	b := meshDaemon(t, filepath.Join(dir, "b"), "alpha", boot)
+	cb := dialDaemon(t, b)
+	waitFor(t, "the daemons handshake", 30*time.Second, func() bool { return status(t, cb).Peers == 1 })
+
+	r := bin(t, "", "status", "--home", b.home)
+	if want := "version    " + v.Version + " (MMP " + cmb.ProtocolVersion + ")"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Fatalf("status lacks %q: %+v", want, r)
+	}
+	r = bin(t, "", "peers", "--json", "--home", b.home)
+	var p struct {
+		Peers []struct{ Version, Build string } `json:"peers"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &p) != nil || len(p.Peers) != 1 || p.Peers[0].Version != cmb.ProtocolVersion || p.Peers[0].Build != v.Version {
+		t.Fatalf("peers --json: %+v", r)
+	}
+	r = bin(t, "", "peers", "--home", b.home)
+	if want := v.Version + " (MMP " + cmb.ProtocolVersion + ")"; r.code != 0 || !strings.Contains(r.stdout, "VERSION") || !strings.Contains(r.stdout, want) {
+		t.Fatalf("peers lacks %q: %+v", want, r)
 	}
 }

@@ -168,6 +168,9 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
 	home := opts.Home
 	// Settings first: a mistake in them leaves the home as it was.
 	if err := opts.Overrides.Validate(); err != nil {
@@ -211,7 +214,7 @@ func Run(ctx context.Context, opts Options) error {
 	if so.MaxClockSkew == 0 {
 		so.MaxClockSkew = cfg.MaxClockSkew.Duration
 	}
-	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures})
+	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version})
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
 		if pid == 0 {
@@ -229,6 +232,7 @@ func Run(ctx context.Context, opts Options) error {
 	// libp2p registers its families while the mesh starts, so the registry
 	// exists before the mesh; nothing is registered when no endpoint is set.
 	mc := mesh.ConfigFrom(n, cfg, log)
+	mc.Version = opts.Version
 	var reg *prometheus.Registry
 	if cfg.Metrics != "" {
 		reg = metrics.NewRegistry()
