@@ -57,6 +57,9 @@ func commands() []command {
 		{"recall", "ranked search over stored CMBs", cmdRecall},
 		{"get", "show one stored CMB", cmdGet},
 		{"lineage", "show a CMB's ancestors and descendants", cmdLineage},
+		{"export", "write the held records, signed and with their authors' keys, as NDJSON", cmdExport},
+		{"import", "verify and store the records of an export read from stdin", cmdImport},
+		{"check", "check the store's consistency (through the daemon, or offline)", cmdCheck},
 		{"cgp", "serve Context Graph Protocol over stdio", cmdCGP},
 		{"cmb", "offline tools on one CMB read from stdin (key, sign, verify, seal, open)", cmdCMB},
 		{"version", "print the version (also: cmbnode --version)", cmdVersion},
@@ -125,7 +128,9 @@ func report(e *env, name string, err error) int {
 		fmt.Fprintf(e.stderr, "cmbnode %s: %s\n", name, u.msg)
 		return exitUsage
 	case errors.As(err, &r):
-		fmt.Fprintln(e.stdout, r.msg)
+		if r.msg != "" { // "" when the command already printed its verdict
+			fmt.Fprintln(e.stdout, r.msg)
+		}
 		return exitFailure
 	}
 	fmt.Fprintf(e.stderr, "cmbnode %s: %v\n", name, err)

@@ -444,3 +444,38 @@ func NewLogger(w io.Writer, asJSON bool, level string) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, o))
 }
+
+// ErrNoStore: the home holds no store to check.
+var ErrNoStore = errors.New("no store")
+
+// CheckOffline runs the store's consistency check on a home no daemon
+// serves: it opens the store itself, and refuses with a *RunningError when
+// a daemon holds it. Problems are the result; an error means the check
+// could not run.
+func CheckOffline(ctx context.Context, home string) (node.CheckResult, error) {
+	sock := SocketPath(home)
+	if alive, pid := ipc.Probe(sock); alive {
+		return node.CheckResult{}, &RunningError{Home: home, Socket: sock, PID: pid}
+	}
+	dir := node.StoreDir(home)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return node.CheckResult{}, fmt.Errorf("%w at %s", ErrNoStore, dir)
+	}
+	st, err := store.Open(dir, store.Options{Home: home})
+	if errors.Is(err, store.ErrLocked) {
+		return node.CheckResult{}, &RunningError{Home: home, Socket: sock, PID: lockHolder(dir), Err: err}
+	}
+	if err != nil {
+		return node.CheckResult{}, err
+	}
+	defer st.Close()
+	err = st.Check(ctx)
+	var ce *store.CheckError
+	switch {
+	case err == nil:
+		return node.CheckResult{OK: true, Records: st.Count(), Problems: []string{}}, nil
+	case errors.As(err, &ce):
+		return node.CheckResult{Records: st.Count(), Problems: ce.Problems}, nil
+	}
+	return node.CheckResult{}, fmt.Errorf("check the store: %w", err)
+}

@@ -43,6 +43,9 @@ const (
 	TypeStatus   = "status"
 	TypePeers    = "peers"
 	TypeListen   = "listen"
+	TypeExport   = "export"
+	TypeImport   = "import"
+	TypeCheck    = "check"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot
