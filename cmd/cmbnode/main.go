@@ -63,6 +63,7 @@ func commands() []command {
 		{"cgp", "serve Context Graph Protocol over stdio", cmdCGP},
 		{"cmb", "offline tools on one CMB read from stdin (key, sign, verify, seal, open)", cmdCMB},
 		{"version", "print the version (also: cmbnode --version)", cmdVersion},
+		{"completion", "print a shell completion script: bash, zsh or fish", cmdCompletion},
 	}
 }
 
