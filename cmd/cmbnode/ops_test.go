@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,5 +237,61 @@ func TestVersionInStatusAndPeers(t *testing.T) {
 	r = bin(t, "", "peers", "--home", b.home)
 	if want := v.Version + " (MMP " + cmb.ProtocolVersion + ")"; r.code != 0 || !strings.Contains(r.stdout, "VERSION") || !strings.Contains(r.stdout, want) {
 		t.Fatalf("peers lacks %q: %+v", want, r)
+	}
+}
+
+// Under systemd (Type=notify) the daemon says READY=1 on $NOTIFY_SOCKET once
+// its socket serves, and STOPPING=1 when it stops; SIGHUP stops it cleanly.
+func TestSystemdNotifyAndSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	notify := filepath.Join(dir, "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	home := filepath.Join(dir, "home")
+	d, err := spawnDaemonEnv(t, home, []string{"CMBNODE_HOME=", "NOTIFY_SOCKET=" + notify}, append([]string{"daemon", "--home", home}, testNetArgs(nil)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() string {
+		buf := make([]byte, 4096)
+		ln.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v\n%s", err, d.logs)
+		}
+		return string(buf[:n])
+	}
+	if msg := read(); !strings.HasPrefix(msg, "READY=1\n") || !strings.Contains(msg, d.sock) {
+		t.Fatalf("first notification: %q", msg)
+	}
+	if err := d.stop(t, syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP: exit %v\n%s", err, d.logs)
+	}
+	if msg := read(); msg != "STOPPING=1" {
+		t.Fatalf("second notification: %q", msg)
+	}
+	if _, err := os.Stat(d.sock); !os.IsNotExist(err) {
+		t.Fatalf("socket left after SIGHUP: %v", err)
+	}
+	if !strings.Contains(d.logs.String(), "msg=stopped") {
+		t.Fatalf("no clean stop after SIGHUP:\n%s", d.logs)
+	}
+}
+
+// The shipped unit is a notify-type user service that restarts on failure
+// and names the home it runs.
+func TestSystemdUnit(t *testing.T) {
+	b, err := os.ReadFile("../../contrib/systemd/cmbnode.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{"\nType=notify\n", "\nRestart=on-failure\n", "daemon --home %h/.cmbnode\n", "systemctl --user", "WantedBy=default.target"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("cmbnode.service lacks %q", want)
+		}
 	}
 }

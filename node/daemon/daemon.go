@@ -303,11 +303,15 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready(sock)
 	}
+	if err := sdNotify("READY=1\nSTATUS=serving " + sock); err != nil {
+		log.Warn("could not tell the service manager the daemon is ready", "socket", os.Getenv(NotifySocketEnv), "err", err)
+	}
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping", "reason", context.Cause(ctx))
+		_ = sdNotify("STOPPING=1")
 		srv.Close()
 		serveErr = <-served
 	case serveErr = <-served:
