@@ -295,3 +295,28 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 }
+
+// docs/cgp.md's session example works as printed, against a running daemon.
+func TestCGPDocSessionExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cgp.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, `{"type":"handshake",`) || strings.HasPrefix(line, `{"type":"query",`) {
+			in = append(in, line)
+		}
+	}
+	if len(in) != 2 {
+		t.Fatalf("docs/cgp.md shows %d handshake/query lines, want 2", len(in))
+	}
+	home := t.TempDir()
+	startDaemon(t, home)
+	bin(t, "", "remember", "--home", home, "--focus", "we decided retries back off exponentially")
+	r := bin(t, strings.Join(in, "\n")+"\n", "cgp", "--home", home)
+	out := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(out) != 2 || !strings.HasPrefix(out[0], `{"type":"handshake_ack"`) || !strings.HasPrefix(out[1], `{"type":"frames","id":"q1"`) || !strings.Contains(out[1], "retries back off") {
+		t.Fatalf("the documented session: %+v", r)
+	}
+}
