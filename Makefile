@@ -2,9 +2,10 @@
 GO       ?= go
 BIN      := bin/cmbnode
 PKGS     := ./...
-# make run keeps its state in a project-local home unless CMBNODE_HOME is set,
-# so trying the daemon never touches ~/.cmbnode by surprise.
-RUN_HOME ?= $(if $(CMBNODE_HOME),$(CMBNODE_HOME),$(CURDIR)/.run/home)
+# make install copies the binary to $GOBIN (go env GOBIN) when that is set,
+# else to $(PREFIX)/bin; DESTDIR stages it for packaging.
+PREFIX   ?= /usr/local
+BINDIR   ?= $(or $(shell $(GO) env GOBIN),$(PREFIX)/bin)
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 # Durable put throughput is measured over PUTS puts per case: enough to
@@ -12,15 +13,25 @@ BENCHTIME ?= 1s
 # growing a fresh store's log, which a 1 s run of ~20k puts mostly measures.
 PUTS ?= 100000x
 
-.PHONY: all build run test bench fuzz lint clean
+.PHONY: all build run install uninstall test bench fuzz lint clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cmbnode
 
+# The daemon uses the home every client uses by default ($CMBNODE_HOME, else
+# ~/.cmbnode), so `bin/cmbnode status` in another shell reaches it.
 run: build
-	$(BIN) daemon --home "$(RUN_HOME)" $(ARGS)
+	$(BIN) daemon $(ARGS)
+
+install: build
+	install -d "$(DESTDIR)$(BINDIR)"
+	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/cmbnode"
+	@echo "installed $(DESTDIR)$(BINDIR)/cmbnode"
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/cmbnode"
 
 test:
 	$(GO) vet $(PKGS)
@@ -45,4 +56,4 @@ lint:
 	$(GO) vet $(PKGS)
 
 clean:
-	rm -rf bin .run
+	rm -rf bin

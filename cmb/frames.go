@@ -48,6 +48,9 @@ type Handshake struct {
 	Group         string   `json:"group,omitempty"`
 	LifecycleRole string   `json:"lifecycleRole,omitempty"`
 	Extensions    []string `json:"extensions,omitempty"`
+	// CmbnodeVersion is the sender's cmbnode build (a vendor member, which
+	// the schema's additionalProperties allows and other nodes ignore).
+	CmbnodeVersion string `json:"x-cmbnode-version,omitempty"`
 }
 
 func (*Handshake) FrameType() string { return TypeHandshake }

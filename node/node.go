@@ -44,6 +44,8 @@ type Options struct {
 	// known and who never signed (MMP §18.3.1's permissive rule). Off by
 	// default (config strict_signatures = true).
 	AllowUnsigned bool
+	// Version is the build's version, reported by Status.
+	Version string
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -64,6 +66,10 @@ type PeerInfo struct {
 	PeerID string   `json:"peerId"`
 	Group  string   `json:"group"`
 	Addrs  []string `json:"addrs"`
+	// Version is the MMP protocol version of the peer's handshake; Build
+	// its cmbnode version, when it runs cmbnode and says so.
+	Version string `json:"version"`
+	Build   string `json:"build,omitempty"`
 }
 
 // Node is a running node's core. Its methods are safe for concurrent use.
@@ -83,6 +89,7 @@ type Node struct {
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
 	allowUnsigned bool
+	version       string
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
@@ -119,7 +126,7 @@ func Open(opts Options) (*Node, error) {
 	}
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
-		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned,
+		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()

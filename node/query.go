@@ -171,17 +171,20 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 
 // Status describes the running node.
 type Status struct {
-	NodeID    string   `json:"nodeId"`
-	PeerID    string   `json:"peerId"`
-	Name      string   `json:"name"`
-	Group     string   `json:"group"`
-	Addrs     []string `json:"addrs"`
-	Peers     int      `json:"peers"`
-	CMBs      int      `json:"cmbs"`
-	PublicKey string   `json:"publicKey"`
-	Counters  Snapshot `json:"counters"`
-	Listeners int      `json:"listeners"`
-	Dropped   int64    `json:"listenersDropped"`
+	// Version is the daemon's build; ProtocolVersion the MMP version it speaks.
+	Version         string   `json:"version"`
+	ProtocolVersion string   `json:"protocolVersion"`
+	NodeID          string   `json:"nodeId"`
+	PeerID          string   `json:"peerId"`
+	Name            string   `json:"name"`
+	Group           string   `json:"group"`
+	Addrs           []string `json:"addrs"`
+	Peers           int      `json:"peers"`
+	CMBs            int      `json:"cmbs"`
+	PublicKey       string   `json:"publicKey"`
+	Counters        Snapshot `json:"counters"`
+	Listeners       int      `json:"listeners"`
+	Dropped         int64    `json:"listenersDropped"`
 	// Quarantined lists records held but not surfaced because the author
 	// key they were admitted under was replaced by a handshake.
 	Quarantined []string `json:"quarantined"`
@@ -190,6 +193,7 @@ type Status struct {
 // Status reports identity, network and counts.
 func (n *Node) Status() Status {
 	s := Status{
+		Version: n.version, ProtocolVersion: cmb.ProtocolVersion,
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
 		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), Counters: n.Counters.Snapshot(),
 		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),

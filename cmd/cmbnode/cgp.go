@@ -1,25 +1,15 @@
 package main
 
 import (
-	"runtime/debug"
-
 	"cmbnode/node/cgpnode"
 	"cmbnode/node/daemon"
 )
-
-// version is the module version the binary was built from ("dev" in a checkout).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
 
 func cmdCGP(e *env, args []string) error {
 	flags := newFlags(e, "cgp", "cgp [--home DIR] [--log-level L]   (a host spawns this; stdout carries only CGP envelopes)")
 	home := homeFlag(flags)
 	level := flags.String("log-level", "warn", "stderr log level: debug, info, warn or error")
-	if rest, err := parse(flags, args); err != nil {
+	if rest, err := e.parse(flags, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usagef("unexpected argument %q", rest[0])

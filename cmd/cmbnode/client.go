@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"cmbnode/cmb"
 	"cmbnode/node"
 	"cmbnode/node/daemon"
+	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
 )
 
@@ -46,15 +48,21 @@ func connect(e *env, homeFlag string) (*session, func(), error) {
 	if err != nil {
 		cancel()
 		if errors.Is(err, ipc.ErrNoDaemon) {
-			fix := "cmbnode daemon"
-			if homeFlag != "" {
-				fix += " --home " + homeFlag
-			}
-			return nil, nil, fmt.Errorf("no daemon is running at %s; start one with `%s`", sock, fix)
+			return nil, nil, noDaemon(h, sock)
 		}
 		return nil, nil, err
 	}
 	return &session{c: c, ctx: ctx}, func() { c.Close(); cancel() }, nil
+}
+
+// noDaemon words a failed connection: the exact command that starts this
+// home's daemon, and, when the home holds no node yet, that the command
+// would create one, so the hint never quietly leads to a second identity.
+func noDaemon(home, sock string) error {
+	if _, err := os.Stat(identity.Path(home)); err == nil {
+		return fmt.Errorf("no daemon is running at %s; start this node's daemon with `cmbnode daemon --home %s`", sock, home)
+	}
+	return fmt.Errorf("no daemon is running at %s and %s holds no node yet; if your daemon runs with another home, pass that --home (or set $%s), else create a node here with `cmbnode daemon --home %s`", sock, home, identity.HomeEnv, home)
 }
 
 // request runs an argument-less client command (flags --home and --json)
@@ -64,7 +72,7 @@ func connect(e *env, homeFlag string) (*session, func(), error) {
 func request(e *env, args []string, name, typ string) (json.RawMessage, string, error) {
 	fs := newFlags(e, name, name+" [--home DIR] [--json]")
 	home, asJSON := clientFlags(fs)
-	rest, err := parse(fs, args)
+	rest, err := e.parse(fs, args)
 	if err != nil {
 		return nil, "", err
 	}
@@ -125,6 +133,7 @@ func cmdStatus(e *env, args []string) error {
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s (%s)\n", st.NodeID, st.Name)
+	fmt.Fprintf(tw, "version\t%s (MMP %s)\n", st.Version, st.ProtocolVersion)
 	fmt.Fprintf(tw, "group\t%s\n", st.Group)
 	peerID := st.PeerID
 	if peerID == "" {
@@ -183,9 +192,13 @@ func cmdPeers(e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tADDRS")
+	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tVERSION\tADDRS")
 	for _, p := range r.Peers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(strings.Join(p.Addrs, ","), 60))
+		v := "MMP " + p.Version
+		if p.Build != "" {
+			v = p.Build + " (" + v + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(v, 40), truncate(strings.Join(p.Addrs, ","), 60))
 	}
 	return tw.Flush()
 }
@@ -225,7 +238,7 @@ func cmdRemember(e *env, args []string) error {
 	var parents listFlag
 	fs.Var(&parents, "parent", "key of a record this one builds on (repeatable)")
 	to := fs.String("to", "", "recipient nodeId: seal the record for that node only")
-	rest, err := parse(fs, args)
+	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -274,7 +287,7 @@ func cmdRecall(e *env, args []string) error {
 	fs := newFlags(e, "recall", "recall [--limit N] [--home DIR] [--json] QUERY")
 	home, asJSON := clientFlags(fs)
 	limit := fs.Int("limit", 10, "at most this many results (1–1000)")
-	rest, err := parse(fs, args)
+	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -335,7 +348,7 @@ func keyArg(rest []string, cmd string) (string, error) {
 func cmdGet(e *env, args []string) error {
 	fs := newFlags(e, "get", "get [--home DIR] [--json] KEY")
 	home, asJSON := clientFlags(fs)
-	rest, err := parse(fs, args)
+	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -408,7 +421,7 @@ func cmdLineage(e *env, args []string) error {
 	fs := newFlags(e, "lineage", "lineage [--depth N] [--home DIR] [--json] KEY")
 	home, asJSON := clientFlags(fs)
 	depth := fs.Int("depth", 0, "hops to walk each way (0: all)")
-	rest, err := parse(fs, args)
+	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func (l *listFlag) Set(v string) error {
 }
 
 func cmdDaemon(e *env, args []string) error {
-	fs := newFlags(e, "daemon", "daemon [--home DIR] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--log-json] [--log-level L]")
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
 	home := homeFlag(fs)
 	grp := fs.String("group", "", "mesh group to join (overrides config.toml; default \"default\")")
 	var listen, bootstrap listFlag
@@ -31,7 +31,7 @@ func cmdDaemon(e *env, args []string) error {
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
-	if rest, err := parse(fs, args); err != nil {
+	if rest, err := e.parse(fs, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usagef("unexpected argument %q", rest[0])
@@ -75,6 +75,9 @@ func cmdDaemon(e *env, args []string) error {
 	})
 	if badFlag != nil {
 		return badFlag
+	}
+	if err := o.Validate(); err != nil {
+		return usagef("%v", err)
 	}
 	h, err := resolveHome(*home)
 	if err != nil {

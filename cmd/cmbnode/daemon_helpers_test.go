@@ -106,8 +106,14 @@ func testNetArgs(args []string) []string {
 }
 
 func spawnDaemon(tb testing.TB, home string, args ...string) (*daemonProc, error) {
-	cmd := exec.Command(binary(tb), append([]string{"daemon", "--home", home}, testNetArgs(args)...)...)
-	cmd.Env = append(os.Environ(), "CMBNODE_HOME=")
+	return spawnDaemonEnv(tb, home, []string{"CMBNODE_HOME="}, append([]string{"daemon", "--home", home}, testNetArgs(args)...)...)
+}
+
+// spawnDaemonEnv runs the binary with args (the whole command line) and
+// env added to the test's environment, as a daemon whose home is home.
+func spawnDaemonEnv(tb testing.TB, home string, env []string, args ...string) (*daemonProc, error) {
+	cmd := exec.Command(binary(tb), args...)
+	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}
 	cmd.Stderr = pw
@@ -178,10 +184,16 @@ func (d *daemonProc) stop(tb testing.TB, sig syscall.Signal) error {
 // bin runs the binary as a client and returns what it did.
 func bin(tb testing.TB, stdin string, args ...string) result {
 	tb.Helper()
+	return binEnv(tb, []string{"CMBNODE_HOME="}, stdin, args...)
+}
+
+// binEnv is bin with env added to the test's environment.
+func binEnv(tb testing.TB, env []string, stdin string, args ...string) result {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary(tb), args...)
-	cmd.Env = append(os.Environ(), "CMBNODE_HOME=")
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

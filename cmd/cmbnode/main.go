@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 )
 
@@ -23,7 +25,9 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP stops the daemon as cleanly as SIGTERM (socket removed, store
+	// closed): a service manager restarts it to re-read config.toml.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -34,6 +38,9 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// synopses are the usage lines of the flag sets newFlags made, printed
+	// by parse for --help.
+	synopses map[*flag.FlagSet]string
 }
 
 type command struct {
@@ -53,23 +60,36 @@ func commands() []command {
 		{"get", "show one stored CMB", cmdGet},
 		{"lineage", "show a CMB's ancestors and descendants", cmdLineage},
 		{"mcp", "serve Model Context Protocol over stdio (for LLM hosts)", cmdMCP},
+		{"export", "write the held records, signed and with their authors' keys, as NDJSON", cmdExport},
+		{"import", "verify and store the records of an export read from stdin", cmdImport},
+		{"check", "check the store's consistency (through the daemon, or offline)", cmdCheck},
 		{"cgp", "serve Context Graph Protocol over stdio", cmdCGP},
 		{"cmb", "offline tools on one CMB read from stdin (key, sign, verify, seal, open)", cmdCMB},
+		{"version", "print the version (also: cmbnode --version)", cmdVersion},
+		{"completion", "print a shell completion script: bash, zsh or fish", cmdCompletion},
 	}
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, synopses: map[*flag.FlagSet]string{}}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
 		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
+	case "--version", "-version":
+		return report(e, "version", cmdVersion(e, args[1:]))
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return report(e, c.name, c.run(e, args[1:]))
+			name := c.name
+			if c.name == "cmb" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+				name += " " + args[1] // errors name the tool: "cmbnode cmb sign: …"
+			}
+			return report(e, name, c.run(e, args[1:]))
 		}
 	}
 	fmt.Fprintf(stderr, "cmbnode: unknown command %q; run 'cmbnode --help' for the list\n", args[0])
@@ -82,7 +102,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: cmbnode <command> [flags]   (every command takes --home DIR)")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'cmbnode <command> --help' for a command's flags.")
@@ -112,38 +132,63 @@ func report(e *env, name string, err error) int {
 		fmt.Fprintf(e.stderr, "cmbnode %s: %s\n", name, u.msg)
 		return exitUsage
 	case errors.As(err, &r):
-		fmt.Fprintln(e.stdout, r.msg)
+		if r.msg != "" { // "" when the command already printed its verdict
+			fmt.Fprintln(e.stdout, r.msg)
+		}
 		return exitFailure
 	}
 	fmt.Fprintf(e.stderr, "cmbnode %s: %v\n", name, err)
 	return exitFailure
 }
 
-// newFlags makes a flag set whose parse errors become usage errors and whose
-// --help prints to stdout.
+// newFlags makes a flag set whose parse errors become usage errors (one
+// line on stderr) and whose --help prints the usage, once, to stdout.
 func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "Usage: cmbnode %s\n\nFlags:\n", synopsis)
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	fs.Usage = func() {} // parse prints it, and only for --help
+	e.synopses[fs] = synopsis
 	return fs
 }
 
+// printUsage writes a command's synopsis and flags, spelled --flag.
+func printUsage(w io.Writer, fs *flag.FlagSet, synopsis string) {
+	fmt.Fprintf(w, "Usage: cmbnode %s\n", synopsis)
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if first {
+			fmt.Fprintf(w, "\nFlags:\n")
+			first = false
+		}
+		arg, text := flag.UnquoteUsage(f)
+		// The synopsis names the value ("--home DIR"); the flag package
+		// only knows its type.
+		if m := regexp.MustCompile(`--` + regexp.QuoteMeta(f.Name) + ` ([A-Z][A-Z0-9]*)`).FindStringSubmatch(synopsis); m != nil {
+			arg = m[1]
+		}
+		name := "--" + f.Name
+		if arg != "" {
+			name += " " + arg
+		}
+		fmt.Fprintf(w, "  %-22s %s\n", name, text)
+	})
+}
+
+// singleDash finds a flag named with one dash in the flag package's errors.
+var singleDash = regexp.MustCompile(`(^|[ :])-([A-Za-z][\w-]*)`)
+
 // parse runs fs.Parse, mapping errors onto the CLI contract, and allows flags
 // after positional arguments (cmbnode recall QUERY --limit 3).
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func (e *env) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				printUsage(e.stdout, fs, e.synopses[fs])
 				return nil, flag.ErrHelp
 			}
-			return nil, usagef("%v (see --help)", err)
+			msg := singleDash.ReplaceAllString(err.Error(), "$1--$2")
+			return nil, usagef("%s; run 'cmbnode %s --help' for its flags", msg, fs.Name())
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -9,7 +9,7 @@ func cmdMCP(e *env, args []string) error {
 	flags := newFlags(e, "mcp", "mcp [--home DIR] [--log-level L]   (a host spawns this; stdout carries only MCP messages)")
 	home := homeFlag(flags)
 	level := flags.String("log-level", "warn", "stderr log level: debug, info, warn or error")
-	if rest, err := parse(flags, args); err != nil {
+	if rest, err := e.parse(flags, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usagef("unexpected argument %q", rest[0])

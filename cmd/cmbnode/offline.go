@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"cmbnode/cmb"
@@ -35,7 +36,7 @@ func cmdInit(e *env, args []string) error {
 	name := fs.String("name", "", "display name (default: derived from the hostname)")
 	grp := fs.String("group", group.Default, "mesh group to join")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if rest, err := parse(fs, args); err != nil {
+	if rest, err := e.parse(fs, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usagef("unexpected argument %q", rest[0])
@@ -73,7 +74,11 @@ func cmdCMB(e *env, args []string) error {
 		"key": cmbKey, "sign": cmbSign, "verify": cmbVerify, "seal": cmbSeal, "open": cmbOpen,
 	}
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
-		fmt.Fprintln(e.stdout, `Usage: cmbnode cmb <tool> [flags] < record.json
+		w := e.stdout
+		if len(args) == 0 {
+			w = e.stderr // a usage error: the usage goes with it
+		}
+		fmt.Fprintln(w, `Usage: cmbnode cmb <tool> [flags] < record.json
 
   key     print the record's content address (cmb1-, or legacy cmb- if it has one)
   sign    fill in key, sig, sigAlg (and createdBy, createdAt, group if absent); print the record
@@ -129,7 +134,7 @@ func writeRecord(w io.Writer, r *cmb.Record) error {
 
 func cmbKey(e *env, args []string) error {
 	fs := newFlags(e, "cmb key", "cmb key < record.json")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := e.parse(fs, args); err != nil {
 		return err
 	}
 	r, err := readInput(e, nil)
@@ -155,7 +160,7 @@ func cmbSign(e *env, args []string) error {
 	fs := newFlags(e, "cmb sign", "cmb sign [--home DIR | --key-file F] < record.json")
 	home := homeFlag(fs)
 	keyFile := fs.String("key-file", "", "file holding a base64url Ed25519 seed (instead of the node identity)")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := e.parse(fs, args); err != nil {
 		return err
 	}
 	var priv ed25519.PrivateKey
@@ -208,7 +213,7 @@ func cmbVerify(e *env, args []string) error {
 	node := fs.String("node", "", "receiver's nodeId, for directed records (default: the record's recipient)")
 	xkey := fs.String("x25519-key", "", "receiver's X25519 private key, to open a sealed record first")
 	sender := fs.String("sender-x25519", "", "author's X25519 public key, to open a sealed record first")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := e.parse(fs, args); err != nil {
 		return err
 	}
 	if *pubkey == "" {
@@ -299,10 +304,10 @@ func loadIdentity(home, alt string) (*identity.Identity, error) {
 		return nil, err
 	}
 	id, err := identity.Load(h)
-	if err != nil {
-		return nil, fmt.Errorf("load identity: %w (run 'cmbnode init', or %s)", err, alt)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no identity at %s; run `cmbnode init --home %s`, or %s", identity.Path(h), h, alt)
 	}
-	return id, nil
+	return id, err // names the file and the fix
 }
 
 func boxFrom(ownPriv, peerPub string) (*e2e.Box, error) {
@@ -326,7 +331,7 @@ func cmbSeal(e *env, args []string) error {
 	home := homeFlag(fs)
 	to := fs.String("to-x25519", "", "recipient's X25519 public key (raw base64url or DER-SPKI base64; required)")
 	xkey := fs.String("x25519-key", "", "sender's X25519 private key (default: the node identity's)")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := e.parse(fs, args); err != nil {
 		return err
 	}
 	if *to == "" {
@@ -369,7 +374,7 @@ func cmbOpen(e *env, args []string) error {
 	fs := newFlags(e, "cmb open", "cmb open --x25519-key K --sender-x25519 K < record.json")
 	xkey := fs.String("x25519-key", "", "recipient's X25519 private key (required)")
 	sender := fs.String("sender-x25519", "", "sender's X25519 public key (required)")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := e.parse(fs, args); err != nil {
 		return err
 	}
 	if *xkey == "" || *sender == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Remote is how `cmbnode cgp` reaches the daemon: the socket contract's
@@ -77,5 +78,9 @@ func (rh *RelayHandler) remoteErr(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return Errorf(CodeUnavailable, "daemon at %s did not answer in time", rh.Socket)
 	}
-	return Errorf(CodeUnavailable, "no cmbnode daemon reachable at %s (start `cmbnode daemon`): %v", rh.Socket, err)
+	msg := err.Error()
+	if !strings.Contains(msg, rh.Socket) {
+		msg = "cannot reach the cmbnode daemon at " + rh.Socket + ": " + msg
+	}
+	return Errorf(CodeUnavailable, "%s; start `cmbnode daemon` with that home, or give `cmbnode cgp` the daemon's --home", msg)
 }

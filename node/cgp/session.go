@@ -98,7 +98,12 @@ func (s *Session) Prepare(line []byte) (reply []byte, job Job, out Outcome) {
 	if !ok || typ == "" {
 		return errorReply("", CodeBadRequest, "envelope has no string `type`"), nil, Continue
 	}
-	id, _ := rawString(env["id"])
+	id, isString := rawString(env["id"])
+	if raw := env["id"]; len(raw) > 0 && !isString && !isJSONNull(raw) {
+		// A reply carries its id as a string; echoing 7 as "7" would not
+		// match a host that compares JSON values, so refuse it plainly.
+		return errorReply("", CodeBadRequest, "id must be a JSON string, e.g. \"id\":\"7\", not "+truncateRaw(raw)), nil, Continue
+	}
 	switch typ {
 	case TypeHandshake:
 		return s.handshake(env), nil, Continue
@@ -249,4 +254,12 @@ func allDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// truncateRaw quotes at most 32 bytes of a received JSON value in an error.
+func truncateRaw(raw json.RawMessage) string {
+	if len(raw) > 32 {
+		return string(raw[:32]) + "…"
+	}
+	return string(raw)
 }

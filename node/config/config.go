@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"cmbnode/group"
 	"cmbnode/node/cgp"
@@ -26,6 +28,9 @@ const FileName = "config.toml"
 // ErrInsecure: the config file holds a secret (cgp_http_token) but group or
 // others can access it.
 var ErrInsecure = errors.New("config file permissions are too open")
+
+// ErrExists: Write found a config file and left it alone.
+var ErrExists = errors.New("already exists")
 
 // Config is every setting the daemon reads.
 type Config struct {
@@ -154,10 +159,58 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log_level %q: use debug, info, warn or error", c.LogLevel)
 	}
+	for _, a := range c.Listen {
+		if err := CheckListen(a); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	for _, a := range c.Bootstrap {
+		if err := CheckBootstrap(a); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	if err := CheckHostPort(c.CGPHTTP); err != nil {
+		return fmt.Errorf("cgp_http: %w", err)
+	}
+	if err := CheckHostPort(c.Metrics); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	if c.CGPHTTPToken != "" {
 		if err := cgp.CheckBearerToken(c.CGPHTTPToken); err != nil {
 			return fmt.Errorf("cgp_http_token: %w", err)
 		}
+	}
+	return nil
+}
+
+// CheckListen checks one listen address: a multiaddr.
+func CheckListen(addr string) error {
+	if _, err := ma.NewMultiaddr(addr); err != nil {
+		return fmt.Errorf("%q is not a multiaddr (write it like /ip4/0.0.0.0/tcp/4001): %w", addr, err)
+	}
+	return nil
+}
+
+// CheckBootstrap checks one bootstrap peer: a multiaddr ending in /p2p/<peer id>.
+func CheckBootstrap(addr string) error {
+	m, err := ma.NewMultiaddr(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not a multiaddr (write it like /ip4/192.0.2.10/tcp/4001/p2p/12D3KooW…): %w", addr, err)
+	}
+	if _, err := m.ValueForProtocol(ma.P_P2P); err != nil {
+		return fmt.Errorf("%q names no peer: end it with /p2p/<peer id>, as `cmbnode status` shows it", addr)
+	}
+	return nil
+}
+
+// CheckHostPort checks an HTTP listen address, HOST:PORT or :PORT; ""
+// (off) passes.
+func CheckHostPort(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("%q is not HOST:PORT (write it like 127.0.0.1:7474)", addr)
 	}
 	return nil
 }
@@ -169,7 +222,7 @@ func Write(home string, c Config) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write config: %s already exists; edit it or remove it first", path)
+			return fmt.Errorf("write config: %s %w; edit it or remove it first", path, ErrExists)
 		}
 		return fmt.Errorf("write config: %w", err)
 	}

@@ -14,7 +14,7 @@ func TestWriteThenLoadRoundTrips(t *testing.T) {
 	home := t.TempDir()
 	c := Default()
 	c.Group = "alpha.prod"
-	c.Bootstrap = []string{"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWabc"}
+	c.Bootstrap = []string{"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHFZ72yxoVoCZbvvTaV5okRTM2P66j2AukkhjHU3FNhPB"}
 	c.Retention.Duration = 720 * time.Hour
 	c.CGPHTTP = "127.0.0.1:7474"
 	if err := Write(home, c); err != nil {
@@ -128,5 +128,25 @@ func TestStrictSignaturesSetting(t *testing.T) {
 	c, err := Load(home)
 	if err != nil || c.StrictSignatures || c.MaxClockSkew.Duration != 90*time.Second {
 		t.Fatalf("strict_signatures = false, max_clock_skew = 90s: %+v %v", c, err)
+	}
+}
+
+// Addresses are checked when settings are: a typo fails at load, not
+// later inside the mesh.
+func TestValidateChecksAddresses(t *testing.T) {
+	for name, set := range map[string]func(*Config){
+		"listen":    func(c *Config) { c.Listen = []string{"garbage"} },
+		"bootstrap": func(c *Config) { c.Bootstrap = []string{"/ip4/127.0.0.1/tcp/4001"} },
+		"cgp_http":  func(c *Config) { c.CGPHTTP = "7474" },
+		"metrics":   func(c *Config) { c.Metrics = "localhost" },
+	} {
+		c := Default()
+		set(&c)
+		if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), name+":") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if c := Default(); c.Validate() != nil {
+		t.Fatalf("defaults: %v", c.Validate())
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"cmbnode/group"
 	"cmbnode/node"
 	"cmbnode/node/cgp"
 	"cmbnode/node/cgpnode"
@@ -93,6 +94,44 @@ func (o Overrides) Apply(c *config.Config) {
 	override(&c.LogLevel, o.LogLevel)
 }
 
+// Validate checks each given flag's value on its own, naming the flag, so a
+// mistake on the command line is refused before the home is touched.
+func (o Overrides) Validate() error {
+	if o.Group != nil {
+		if err := group.Validate(*o.Group); err != nil {
+			return fmt.Errorf("--group: %w", err)
+		}
+	}
+	for _, a := range o.Listen {
+		if err := config.CheckListen(a); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+	}
+	for _, a := range o.Bootstrap {
+		if err := config.CheckBootstrap(a); err != nil {
+			return fmt.Errorf("--bootstrap: %w", err)
+		}
+	}
+	for flag, v := range map[string]*string{"--cgp-http": o.CGPHTTP, "--metrics": o.Metrics} {
+		if v != nil {
+			if err := config.CheckHostPort(*v); err != nil {
+				return fmt.Errorf("%s: %w", flag, err)
+			}
+		}
+	}
+	if o.Retention != nil && *o.Retention < 0 {
+		return errors.New("--retention must not be negative")
+	}
+	if o.LogLevel != nil {
+		switch *o.LogLevel {
+		case "debug", "info", "warn", "error":
+		default:
+			return fmt.Errorf("--log-level %q: use debug, info, warn or error", *o.LogLevel)
+		}
+	}
+	return nil
+}
+
 // override sets *dst to *v when the flag was given (v is not nil).
 func override[T any](dst, v *T) {
 	if v != nil {
@@ -129,9 +168,13 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
 	home := opts.Home
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return fmt.Errorf("create home %s: %w", home, err)
+	// Settings first: a mistake in them leaves the home as it was.
+	if err := opts.Overrides.Validate(); err != nil {
+		return err
 	}
 	cfg, err := config.Load(home)
 	if err != nil {
@@ -140,6 +183,9 @@ func Run(ctx context.Context, opts Options) error {
 	opts.Overrides.Apply(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("settings (config %s and flags): %w", config.Path(home), err)
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("create home %s: %w", home, err)
 	}
 	log := NewLogger(opts.Stderr, cfg.LogJSON, cfg.LogLevel)
 	sock := SocketPath(home)
@@ -155,12 +201,20 @@ func Run(ctx context.Context, opts Options) error {
 	if created {
 		log.Info("created a new identity", "nodeId", id.NodeID, "name", id.Name, "file", identity.Path(home))
 	}
+	// The commented file `cmbnode init` writes, so every setting is there
+	// to edit; an existing one is never touched. Flags stay per run.
+	switch err := config.Write(home, config.Default()); {
+	case err == nil:
+		log.Info("wrote the default config", "file", config.Path(home))
+	case !errors.Is(err, config.ErrExists):
+		return err
+	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
 	if so.MaxClockSkew == 0 {
 		so.MaxClockSkew = cfg.MaxClockSkew.Duration
 	}
-	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures})
+	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version})
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
 		if pid == 0 {
@@ -178,6 +232,7 @@ func Run(ctx context.Context, opts Options) error {
 	// libp2p registers its families while the mesh starts, so the registry
 	// exists before the mesh; nothing is registered when no endpoint is set.
 	mc := mesh.ConfigFrom(n, cfg, log)
+	mc.Version = opts.Version
 	var reg *prometheus.Registry
 	if cfg.Metrics != "" {
 		reg = metrics.NewRegistry()
@@ -248,11 +303,15 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready(sock)
 	}
+	if err := sdNotify("READY=1\nSTATUS=serving " + sock); err != nil {
+		log.Warn("could not tell the service manager the daemon is ready", "socket", os.Getenv(NotifySocketEnv), "err", err)
+	}
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping", "reason", context.Cause(ctx))
+		_ = sdNotify("STOPPING=1")
 		srv.Close()
 		serveErr = <-served
 	case serveErr = <-served:
@@ -388,4 +447,39 @@ func NewLogger(w io.Writer, asJSON bool, level string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, o))
 	}
 	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// ErrNoStore: the home holds no store to check.
+var ErrNoStore = errors.New("no store")
+
+// CheckOffline runs the store's consistency check on a home no daemon
+// serves: it opens the store itself, and refuses with a *RunningError when
+// a daemon holds it. Problems are the result; an error means the check
+// could not run.
+func CheckOffline(ctx context.Context, home string) (node.CheckResult, error) {
+	sock := SocketPath(home)
+	if alive, pid := ipc.Probe(sock); alive {
+		return node.CheckResult{}, &RunningError{Home: home, Socket: sock, PID: pid}
+	}
+	dir := node.StoreDir(home)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return node.CheckResult{}, fmt.Errorf("%w at %s", ErrNoStore, dir)
+	}
+	st, err := store.Open(dir, store.Options{Home: home})
+	if errors.Is(err, store.ErrLocked) {
+		return node.CheckResult{}, &RunningError{Home: home, Socket: sock, PID: lockHolder(dir), Err: err}
+	}
+	if err != nil {
+		return node.CheckResult{}, err
+	}
+	defer st.Close()
+	err = st.Check(ctx)
+	var ce *store.CheckError
+	switch {
+	case err == nil:
+		return node.CheckResult{OK: true, Records: st.Count(), Problems: []string{}}, nil
+	case errors.As(err, &ce):
+		return node.CheckResult{Records: st.Count(), Problems: ce.Problems}, nil
+	}
+	return node.CheckResult{}, fmt.Errorf("check the store: %w", err)
 }

@@ -387,9 +387,11 @@ func TestRunWiresEveryPart(t *testing.T) {
 // released and the socket file removed, so the next start works.
 func TestFailingPartStopsStartCleanly(t *testing.T) {
 	home := t.TempDir()
-	noPeerID := "/ip4/127.0.0.1/tcp/1"
-	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{Bootstrap: []string{noPeerID}})})
-	if err == nil || !strings.Contains(err.Error(), "join group default") || !strings.Contains(err.Error(), "bootstrap") {
+	// A well-formed address of no interface here (TEST-NET-3): the mesh
+	// cannot listen on it.
+	notHere := "/ip4/203.0.113.7/tcp/0"
+	err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: loopbackOnly(Overrides{Listen: []string{notHere}})})
+	if err == nil || !strings.Contains(err.Error(), "join group default") {
 		t.Fatalf("failing mesh: %v", err)
 	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -408,6 +410,23 @@ func TestFailingPartStopsStartCleanly(t *testing.T) {
 	d := start(t, home, Options{})
 	if _, err := client(t, d.socket).Status(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Settings are checked before the home is touched: a bad flag leaves no
+// directory, identity or config behind.
+func TestBadSettingsLeaveTheHomeAlone(t *testing.T) {
+	for _, o := range []Overrides{
+		{Listen: []string{"garbage"}},
+		{Bootstrap: []string{"/ip4/127.0.0.1/tcp/1"}},
+	} {
+		home := filepath.Join(t.TempDir(), "home")
+		if err := Run(context.Background(), Options{Home: home, Stderr: io.Discard, Overrides: o}); err == nil {
+			t.Fatalf("%+v: started", o)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Fatalf("%+v: home touched: %v", o, err)
+		}
 	}
 }
 

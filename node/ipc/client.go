@@ -50,7 +50,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 		// No file, or a file nobody accepts on (left by a crash): no daemon.
 		// Anything else, say a permission problem, is reported as itself.
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w at %s: %v", ErrNoDaemon, path, err)
+			return nil, fmt.Errorf("%w at %s", ErrNoDaemon, path)
 		}
 		return nil, fmt.Errorf("connect to daemon at %s: %w", path, err)
 	}

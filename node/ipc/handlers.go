@@ -27,6 +27,9 @@ type Node interface {
 	Status() node.Status
 	Peers() []node.PeerInfo
 	Events() *events.Bus
+	Export(ctx context.Context, q node.ExportQuery) (node.ExportPage, error)
+	Import(ctx context.Context, lines []node.ExportLine) (node.ImportResult, error)
+	CheckStore(ctx context.Context) (node.CheckResult, error)
 }
 
 // CGPHandler answers the socket's `query` and `verify` requests with the CGP
@@ -162,8 +165,27 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		return c.thread(ctx, m)
 	case TypeAuthors:
 		return c.authors(ctx, m)
+	case TypeExport:
+		var q node.ExportQuery
+		for name, v := range map[string]any{"since": &q.Since, "author": &q.Author, "after": &q.After, "limit": &q.Limit} {
+			if err := optional(m, name, v); err != nil {
+				return nil, err
+			}
+		}
+		if q.Since < 0 || q.Limit < 0 {
+			return nil, Errorf(CodeBadRequest, "since and limit must not be negative")
+		}
+		return n.Export(ctx, q)
+	case TypeImport:
+		var lines []node.ExportLine
+		if raw, ok := m["records"]; !ok || len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &lines) != nil {
+			return nil, Errorf(CodeBadRequest, "import needs \"records\": an array of {\"cmb\":{…},\"publicKey\":…} objects, as export writes them")
+		}
+		return n.Import(ctx, lines)
+	case TypeCheck:
+		return n.CheckStore(ctx)
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.

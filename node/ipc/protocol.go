@@ -46,6 +46,9 @@ const (
 	TypeRecent   = "recent"
 	TypeThread   = "thread"
 	TypeAuthors  = "authors"
+	TypeExport   = "export"
+	TypeImport   = "import"
+	TypeCheck    = "check"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot

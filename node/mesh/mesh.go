@@ -67,6 +67,9 @@ type Config struct {
 	MDNS bool
 	// Logger receives the mesh's logs; nil discards them.
 	Logger *slog.Logger
+	// Version is this cmbnode build, sent in handshakes as x-cmbnode-version
+	// ("" sends none).
+	Version string
 	// Metrics receives libp2p's own families (libp2p_*: host, swarm,
 	// resource manager); nil turns them off. It must be a private registry,
 	// never prometheus.DefaultRegisterer. libp2p keeps these collectors in

@@ -105,7 +105,7 @@ func (ss *session) handshake(ctx context.Context) error {
 	ours := &cmb.Handshake{
 		NodeID: id.NodeID, Name: id.Name, Version: cmb.ProtocolVersion, PublicKey: id.PublicKeyB64(),
 		E2EPublicKey: id.E2EPublicKeyDER(), Group: m.group, LifecycleRole: "participant",
-		Extensions: []string{"x-cmbnode-catchup"},
+		Extensions: []string{"x-cmbnode-catchup"}, CmbnodeVersion: m.cfg.Version,
 	}
 	if err := ss.send(ours); err != nil {
 		return fmt.Errorf("sending handshake: %w", err)
@@ -381,7 +381,10 @@ func (m *Mesh) addSession(ss *session) {
 	m.mu.Lock()
 	ps, ok := m.peers[ss.pid]
 	if !ok {
-		ps = &peerState{info: node.PeerInfo{NodeID: ss.nodeID, Name: ss.remote.Name, PeerID: ss.pid.String(), Group: m.group}}
+		ps = &peerState{info: node.PeerInfo{
+			NodeID: ss.nodeID, Name: ss.remote.Name, PeerID: ss.pid.String(), Group: m.group,
+			Version: ss.remote.Version, Build: buildOf(ss.remote),
+		}}
 		m.peers[ss.pid] = ps
 	}
 	ps.sessions = append(ps.sessions, ss)
@@ -495,4 +498,22 @@ func advertisedPeer(e cmb.PeerEntry) (peer.AddrInfo, bool) {
 		}
 	}
 	return ai, ai.ID != ""
+}
+
+// maxBuild bounds the x-cmbnode-version a peer's handshake may show.
+const maxBuild = 64
+
+// buildOf is the cmbnode build a handshake names, shown only when it is
+// short and printable (it is the peer's word, displayed to a person).
+func buildOf(hs *cmb.Handshake) string {
+	v := hs.CmbnodeVersion
+	if len(v) > maxBuild {
+		return ""
+	}
+	for _, r := range v {
+		if r < 0x21 || r > 0x7e {
+			return ""
+		}
+	}
+	return v
 }
