@@ -38,7 +38,7 @@ type Stats struct {
 	ProofsFailed int64 `json:"proofsFailed"`
 	// EpochsExpired counts sessions ended because their secret epoch was
 	// superseded longer than the grace period ago.
-	EpochsExpired int64 `json:"epochsExpired"`
+	EpochsExpired    int64 `json:"epochsExpired"`
 	Published        int64 `json:"published"`
 	GossipUnadmitted int64 `json:"gossipUnadmitted"`
 	FetchesServed    int64 `json:"fetchesServed"`
