@@ -88,6 +88,20 @@ func newMember(t testing.TB, grp, name string, peers []*member, tune func(*mesh.
 	return mb
 }
 
+// newMemberIn prepares a member in home (which must hold an identity, or
+// gets one) with keys; the caller starts it.
+func newMemberIn(t testing.TB, home, grp, name string, keys *groupkey.Keyring, tune func(*mesh.Config)) *member {
+	t.Helper()
+	if _, err := identity.Load(home); err != nil {
+		if _, err := identity.Create(home, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mb := &member{t: t, home: home, grp: grp, keys: keys, tune: tune}
+	t.Cleanup(mb.stop)
+	return mb
+}
+
 // start opens the node in mb.home and starts its mesh.
 func (mb *member) start(peers []*member) {
 	t := mb.t

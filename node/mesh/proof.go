@@ -22,8 +22,8 @@ import (
 //
 //	→ handshake (group = the tag), → x-cmbnode-group-nonce {v, epoch, nonce}
 //	← handshake,                   ← x-cmbnode-group-nonce
-//	→ x-cmbnode-group-proof {v, epoch, mac}
-//	← x-cmbnode-group-proof
+//	→ x-cmbnode-group-proof {v, epoch, mac}   (the stream's opener)
+//	← x-cmbnode-group-proof                   (once the opener's verified)
 //
 // epoch in the nonce frame is the newest the sender holds; both sides then
 // prove at the lower of the two (the session's epoch), which each must
@@ -165,16 +165,24 @@ func (ss *session) prove(ourNonce []byte) error {
 		return &ProofError{Reason: "the peer's newest secret is not accepted here", Err: err}
 	}
 	self, remote := []byte(m.h.ID()), []byte(ss.pid)
-	mac, err := m.keys.Prove(epoch, self, remote, ourNonce, theirs.Nonce)
-	if err != nil {
-		return err
+	sendOurs := func() error {
+		mac, err := m.keys.Prove(epoch, self, remote, ourNonce, theirs.Nonce)
+		if err != nil {
+			return err
+		}
+		p, err := marshalVendor(typeGroupProof, groupProof{V: 1, Epoch: epoch, MAC: mac})
+		if err != nil {
+			return err
+		}
+		return ss.sendRaw(p)
 	}
-	p, err := marshalVendor(typeGroupProof, groupProof{V: 1, Epoch: epoch, MAC: mac})
-	if err != nil {
-		return err
-	}
-	if err := ss.sendRaw(p); err != nil {
-		return err
+	// The stream's opener proves first; the side that accepted it proves
+	// only once the opener's proof verified, so a stranger that dials a
+	// member gets no proof of the member's at all.
+	if ss.outbound {
+		if err := sendOurs(); err != nil {
+			return err
+		}
 	}
 	var proof groupProof
 	if err := ss.readProofFrame(typeGroupProof, &proof); err != nil {
@@ -185,6 +193,11 @@ func (ss *session) prove(ourNonce []byte) error {
 	}
 	if err := m.keys.Verify(epoch, remote, self, theirs.Nonce, ourNonce, proof.MAC); err != nil {
 		return &ProofError{Reason: "the proof does not verify", Err: err}
+	}
+	if !ss.outbound {
+		if err := sendOurs(); err != nil {
+			return err
+		}
 	}
 	ss.epoch = epoch
 	return nil
