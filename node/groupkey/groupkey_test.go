@@ -271,3 +271,20 @@ func TestInvite(t *testing.T) {
 }
 
 func withSum(payload []byte) string { return invitePrefix + encodeWithSum(payload) }
+
+// Sealing and opening one gossip message of a typical 1 KiB cmb frame.
+func BenchmarkSealOpen1KB(b *testing.B) {
+	g, _ := NewGroup("bench", time.Now())
+	k, _ := New(g, Options{})
+	plain := bytes.Repeat([]byte("x"), 1024)
+	b.SetBytes(int64(len(plain)))
+	for b.Loop() {
+		env, err := k.Seal(KindGossip, "", plain)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := k.Open(KindGossip, "", env); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
