@@ -65,6 +65,7 @@ var rules = []struct {
 	{"cmbnode/cmb", true, []string{"cmbnode/store", "cmbnode/node/...", "cmbnode/lineage/...", badger, libp2p}, "the record format stands alone"},
 	{"cmbnode/e2e", true, []string{"cmbnode/store", "cmbnode/node/...", badger, libp2p}, "sealing stands alone"},
 	{"cmbnode/group", true, []string{"cmbnode/cmb", "cmbnode/store", "cmbnode/node/...", badger, libp2p}, "group names stand alone"},
+	{"cmbnode/node/groupkey", true, []string{"cmbnode/cmb", "cmbnode/e2e", "cmbnode/store", "cmbnode/node", "cmbnode/node/mesh", "cmbnode/node/config", "cmbnode/lineage/...", badger, libp2p}, "group secrets stand alone: bytes in, bytes out"},
 	{"cmbnode/node/secretfile", true, []string{"cmbnode/..."}, "secret files stand alone"},
 	{"cmbnode/internal/opt", true, []string{"cmbnode/..."}, "the options rule stands alone"},
 	{"cmbnode/lineage/walk", true, []string{"cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},

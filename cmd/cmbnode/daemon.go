@@ -18,9 +18,10 @@ func (l *listFlag) Set(v string) error {
 }
 
 func cmdDaemon(e *env, args []string) error {
-	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
 	home := homeFlag(fs)
 	grp := fs.String("group", "", "mesh group to join (overrides config.toml; default \"default\")")
+	public := fs.Bool("public", false, "make the group name-only, for plain MMP nodes: anyone who knows the name can join and read (overrides config.toml)")
 	var listen, bootstrap listFlag
 	fs.Var(&listen, "listen", "libp2p listen multiaddr (repeatable; overrides config.toml)")
 	fs.Var(&bootstrap, "bootstrap", "peer to dial, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
@@ -46,6 +47,8 @@ func cmdDaemon(e *env, args []string) error {
 				badFlag = usagef("--group: %v", err)
 			}
 			o.Group = grp
+		case "public":
+			o.Public = public
 		case "listen":
 			o.Listen = listen
 		case "bootstrap":

@@ -53,6 +53,9 @@ func commands() []command {
 	return []command{
 		{"init", "create the identity and a commented config", cmdInit},
 		{"daemon", "run the node", cmdDaemon},
+		{"group", "create, rotate or show this home's private group", cmdGroup},
+		{"invite", "print a one-line invite to this node's private group", cmdInvite},
+		{"join", "join a private group with an invite", cmdJoin},
 		{"status", "show the running node", cmdStatus},
 		{"peers", "list handshaken peers", cmdPeers},
 		{"remember", "build, sign, store and publish a CMB", cmdRemember},

@@ -138,6 +138,18 @@ func initNamed(t *testing.T, home, name, grp string) {
 	}
 }
 
+// memberPair starts two named daemons in one private group: the first
+// creates it, the second joins with its invite and bootstraps to it.
+func memberPair(t *testing.T, ha, hb, nameA, nameB, grp string) (da, db *daemonProc) {
+	t.Helper()
+	initNamed(t, ha, nameA, grp)
+	createGroup(t, ha, grp)
+	da = meshDaemon(t, ha, grp)
+	initNamed(t, hb, nameB, grp)
+	join(t, hb, invite(t, ha))
+	return da, meshDaemon(t, hb, grp, status(t, dialDaemon(t, da)).Addrs[0])
+}
+
 // TestMCPServesTheNode drives the built `cmbnode mcp` with the Go SDK's
 // client against a daemon holding 220 CMBs with lineage threads, in a
 // group with a second daemon: initialize, list tools, resources and
@@ -146,11 +158,8 @@ func initNamed(t *testing.T, home, name, grp string) {
 func TestMCPServesTheNode(t *testing.T) {
 	dir := t.TempDir()
 	ha, hb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	initNamed(t, ha, "ada", "alpha")
-	initNamed(t, hb, "grace", "alpha")
-	da := meshDaemon(t, ha, "alpha")
+	da, db := memberPair(t, ha, hb, "ada", "grace", "alpha")
 	ca := dialDaemon(t, da)
-	db := meshDaemon(t, hb, "alpha", status(t, ca).Addrs[0])
 	cb := dialDaemon(t, db)
 	waitFor(t, "the daemons meet", 30*time.Second, func() bool { return status(t, ca).Peers == 1 && status(t, cb).Peers == 1 })
 	seedDaemon(t, da.sock, 220)
@@ -381,11 +390,8 @@ func drain(c chan string) {
 func TestMCPTwoHostsShareMemories(t *testing.T) {
 	dir := t.TempDir()
 	ha, hb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	initNamed(t, ha, "ada", "beta")
-	initNamed(t, hb, "grace", "beta")
-	da := meshDaemon(t, ha, "beta")
+	da, db := memberPair(t, ha, hb, "ada", "grace", "beta")
 	ca := dialDaemon(t, da)
-	db := meshDaemon(t, hb, "beta", status(t, ca).Addrs[0])
 	cb := dialDaemon(t, db)
 	waitFor(t, "the daemons meet", 30*time.Second, func() bool { return status(t, ca).Peers == 1 && status(t, cb).Peers == 1 })
 	a, b := startMCP(t, ha, ""), startMCP(t, hb, "2025-06-18")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,18 +70,54 @@ func has(t *testing.T, c *ipc.Client, key string) bool {
 	return err == nil
 }
 
-// TestDaemonsMeshAndIsolateGroups: three daemons in alpha and one in beta,
-// all bootstrapped to the first, as separate processes. A CMB remembered on
-// one alpha daemon reaches the other two; beta never holds or receives it.
+// invite prints an invite to the private group of the daemon in home.
+func invite(t *testing.T, home string, args ...string) string {
+	t.Helper()
+	r := bin(t, "", append([]string{"invite", "--home", home}, args...)...)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "cmbnode-invite-1.") {
+		t.Fatalf("invite: %+v", r)
+	}
+	return strings.TrimSpace(r.stdout)
+}
+
+// createGroup runs cmbnode group create on a fresh home.
+func createGroup(t *testing.T, home, name string) {
+	t.Helper()
+	if r := bin(t, "", "group", "create", name, "--home", home); r.code != 0 || !strings.Contains(r.stdout, "created private group "+name) {
+		t.Fatalf("group create: %+v", r)
+	}
+}
+
+// join runs cmbnode join on home with line.
+func join(t *testing.T, home, line string) {
+	t.Helper()
+	if r := bin(t, "", "join", "--home", home, line); r.code != 0 {
+		t.Fatalf("join: %+v", r)
+	}
+}
+
+// TestDaemonsMeshAndIsolateGroups: three daemons in private group alpha
+// (the second and third joined with the first's invite), one in beta and
+// one in an alpha of its own (the right name, no secret), all bootstrapped
+// to the first, as separate processes. A CMB remembered on one alpha
+// member reaches the other two; neither outsider holds or receives any.
 func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 	dir := t.TempDir()
+	createGroup(t, filepath.Join(dir, "a1"), "alpha")
 	a1 := meshDaemon(t, filepath.Join(dir, "a1"), "alpha")
 	c1 := dialDaemon(t, a1)
 	boot := status(t, c1).Addrs[0]
-	a2 := meshDaemon(t, filepath.Join(dir, "a2"), "alpha", boot)
-	a3 := meshDaemon(t, filepath.Join(dir, "a3"), "alpha", boot)
+	line := invite(t, a1.home)
+	var members []*daemonProc
+	for _, n := range []string{"a2", "a3"} {
+		h := filepath.Join(dir, n)
+		join(t, h, line)
+		members = append(members, startDaemon(t, h))
+	}
+	a2, a3 := members[0], members[1]
 	b1 := meshDaemon(t, filepath.Join(dir, "b1"), "beta", boot, status(t, dialDaemon(t, a2)).Addrs[0])
-	c2, c3, cb := dialDaemon(t, a2), dialDaemon(t, a3), dialDaemon(t, b1)
+	x1 := meshDaemon(t, filepath.Join(dir, "x1"), "alpha", boot) // alpha by name only
+	c2, c3, cb, cx := dialDaemon(t, a2), dialDaemon(t, a3), dialDaemon(t, b1), dialDaemon(t, x1)
 
 	waitFor(t, "alpha daemons see each other", 30*time.Second, func() bool {
 		return status(t, c1).Peers == 2 && status(t, c2).Peers == 2 && status(t, c3).Peers == 2
@@ -94,14 +132,110 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 	})
 	t.Logf("remember on a1 → stored on a2 and a3 in %v", took)
 
-	// Give beta every chance to (wrongly) receive it.
+	// Give the outsiders every chance to (wrongly) receive it.
 	time.Sleep(500 * time.Millisecond)
-	st := status(t, cb)
-	if has(t, cb, res.Key) || st.CMBs != 0 || st.Counters.Received != 0 || st.Peers != 0 {
-		t.Fatalf("beta holds or received alpha traffic: cmbs %d received %d peers %d", st.CMBs, st.Counters.Received, st.Peers)
+	for name, c := range map[string]*ipc.Client{"beta": cb, "alpha without the secret": cx} {
+		st := status(t, c)
+		if has(t, c, res.Key) || st.CMBs != 0 || st.Counters.Received != 0 || st.Peers != 0 {
+			t.Fatalf("%s holds or received alpha traffic: cmbs %d received %d peers %d", name, st.CMBs, st.Counters.Received, st.Peers)
+		}
 	}
 	if st := status(t, c2); st.Counters.Accepted < 1 {
 		t.Fatalf("a2 counters: %+v", st.Counters)
+	}
+}
+
+// TestPublicDaemons: two daemons in a --public group meet by name alone
+// and deliver, as plain MMP nodes would; each warns that the group is open.
+func TestPublicDaemons(t *testing.T) {
+	dir := t.TempDir()
+	p1 := startDaemon(t, filepath.Join(dir, "p1"), "--group", "open", "--public")
+	c1 := dialDaemon(t, p1)
+	p2 := startDaemon(t, filepath.Join(dir, "p2"), "--group", "open", "--public", "--bootstrap", status(t, c1).Addrs[0])
+	c2 := dialDaemon(t, p2)
+	waitFor(t, "public daemons meet", 30*time.Second, func() bool { return status(t, c2).Peers == 1 })
+	res, err := c1.Remember(context.Background(), ipc.RememberArgs{Fields: map[string]any{"focus": "public note"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the public CMB reaches p2", 10*time.Second, func() bool { return has(t, c2, res.Key) })
+	for _, d := range []*daemonProc{p1, p2} {
+		if !strings.Contains(d.logs.String(), "anyone who knows its name") {
+			t.Errorf("no WARN about the public group:\n%s", d.logs)
+		}
+	}
+}
+
+// TestInviteJoinCatchesUp: a fresh home joins with an invite (which names
+// the inviter's address) and catches up what the group holds; garbled,
+// expired and other-group invites are refused with one line each, and
+// the secret appears in no log.
+func TestInviteJoinCatchesUp(t *testing.T) {
+	dir := t.TempDir()
+	a1 := startDaemon(t, filepath.Join(dir, "a1")) // a fresh home: private group "default"
+	c1 := dialDaemon(t, a1)
+	ctx := context.Background()
+	var keys []string
+	for i := range 20 {
+		r, err := c1.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": fmt.Sprintf("before the join %d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, r.Key)
+	}
+	line := invite(t, a1.home, "--expires", "1h")
+
+	// Bad invites: one line naming what is wrong, nothing written.
+	bad := filepath.Join(dir, "bad")
+	garbled := line[:40] + string(rune(line[40]^1)) + line[41:]
+	expired := invite(t, a1.home, "--expires", "1ns")
+	for name, c := range map[string]struct{ inv, want string }{
+		"garbled":   {garbled, "invite is garbled"},
+		"truncated": {line[:len(line)-10], "invite is garbled"},
+		"expired":   {expired, "invite is expired"},
+	} {
+		r := bin(t, "", "join", "--home", bad, c.inv)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s invite: %+v, want exit 1 and one line with %q", name, r, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(bad, "groups")); !os.IsNotExist(err) {
+		t.Errorf("a refused invite wrote secrets: %v", err)
+	}
+	other := filepath.Join(dir, "other")
+	if r := bin(t, "", "init", "--home", other, "--group", "beta"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := bin(t, "", "join", "--home", other, line); r.code != 1 || !strings.Contains(r.stderr, "invite is for another group") {
+		t.Errorf("invite for another group: %+v", r)
+	}
+
+	h2 := filepath.Join(dir, "a2")
+	join(t, h2, line)
+	a2 := startDaemon(t, h2)
+	c2 := dialDaemon(t, a2)
+	waitFor(t, "the joined daemon holds all 20", 30*time.Second, func() bool { return status(t, c2).CMBs == 20 })
+	for _, k := range keys {
+		if !has(t, c2, k) {
+			t.Fatalf("a2 lacks %s", k)
+		}
+	}
+	// The secret is in the invite and the 0600 file only.
+	g, err := os.ReadFile(filepath.Join(h2, "groups", "default", "1.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct{ Secret string }
+	if err := json.Unmarshal(g, &f); err != nil || f.Secret == "" {
+		t.Fatalf("secret file: %v", err)
+	}
+	for _, d := range []*daemonProc{a1, a2} {
+		if strings.Contains(d.logs.String(), f.Secret) {
+			t.Error("a daemon logged the group secret")
+		}
+	}
+	if r := bin(t, "", "status", "--json", "--home", h2); strings.Contains(r.stdout, f.Secret) {
+		t.Error("status shows the group secret")
 	}
 }
 
@@ -110,10 +244,12 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 // after it restarts.
 func TestDaemonCatchesUpAfterRestart(t *testing.T) {
 	dir := t.TempDir()
+	createGroup(t, filepath.Join(dir, "a1"), "alpha")
 	a1 := meshDaemon(t, filepath.Join(dir, "a1"), "alpha")
 	c1 := dialDaemon(t, a1)
 	boot := status(t, c1).Addrs[0]
 	h2 := filepath.Join(dir, "a2")
+	join(t, h2, invite(t, a1.home))
 	a2 := meshDaemon(t, h2, "alpha", boot)
 	waitFor(t, "peers", 30*time.Second, func() bool { return status(t, c1).Peers == 1 })
 	if err := a2.stop(t, syscall.SIGTERM); err != nil {

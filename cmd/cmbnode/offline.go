@@ -31,10 +31,11 @@ func resolveHome(flagValue string) (string, error) {
 }
 
 func cmdInit(e *env, args []string) error {
-	fs := newFlags(e, "init", "init [--name N] [--group G] [--home DIR] [--json]")
+	fs := newFlags(e, "init", "init [--name N] [--group G] [--public] [--home DIR] [--json]")
 	home := homeFlag(fs)
 	name := fs.String("name", "", "display name (default: derived from the hostname)")
 	grp := fs.String("group", group.Default, "mesh group to join")
+	public := fs.Bool("public", false, "a name-only group (anyone who knows the name can join and read); default: private, with a secret made on first start")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if rest, err := e.parse(fs, args); err != nil {
 		return err
@@ -53,7 +54,7 @@ func cmdInit(e *env, args []string) error {
 		return err
 	}
 	c := config.Default()
-	c.Group = *grp
+	c.Group, c.Public = *grp, *public
 	if err := config.Write(h, c); err != nil {
 		return err
 	}

@@ -217,9 +217,7 @@ func TestVersionInStatusAndPeers(t *testing.T) {
 		t.Fatalf("version --json: %+v", r)
 	}
 	dir := t.TempDir()
-	a := meshDaemon(t, filepath.Join(dir, "a"), "alpha")
-	boot := status(t, dialDaemon(t, a)).Addrs[0]
-	b := meshDaemon(t, filepath.Join(dir, "b"), "alpha", boot)
+	_, b := memberPair(t, filepath.Join(dir, "a"), filepath.Join(dir, "b"), "a", "b", "alpha")
 	cb := dialDaemon(t, b)
 	waitFor(t, "the daemons handshake", 30*time.Second, func() bool { return status(t, cb).Peers == 1 })
 

@@ -36,6 +36,14 @@ var ErrExists = errors.New("already exists")
 type Config struct {
 	// Group is the mesh group this node joins (MMP §5.8).
 	Group string `toml:"group"`
+	// Public makes the group name-only, as plain MMP nodes know it:
+	// anyone who knows the name joins and reads. Off, the group is
+	// private: its secret is in the home (groups/<group>/), peers prove
+	// they hold it, and every CMB travels encrypted.
+	Public bool `toml:"public"`
+	// RotationGrace is how long, after a private group's secret is
+	// rotated, peers holding only the previous secret are still admitted.
+	RotationGrace Duration `toml:"rotation_grace"`
 	// Listen are libp2p multiaddrs to listen on.
 	Listen []string `toml:"listen"`
 	// Bootstrap are peers (full multiaddrs with /p2p/) dialled and re-dialled.
@@ -87,6 +95,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 func Default() Config {
 	return Config{
 		Group:            group.Default,
+		RotationGrace:    Duration{24 * time.Hour},
 		Listen:           []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
 		MDNS:             true,
 		MaxClockSkew:     Duration{5 * time.Minute},
@@ -259,6 +268,17 @@ func Render(c Config) string {
 # exchange memory with nodes of the same group.
 group = %s
 
+# A private group (public = false, the default) admits only nodes that hold
+# its secret (groups/<group>/ in this directory, made by "cmbnode group
+# create" or "cmbnode join", or on first start) and encrypts every CMB it
+# sends. public = true makes the group name-only, for plain MMP nodes:
+# anyone who knows the name can join and read everything.
+public = %t
+
+# After "cmbnode group rotate", peers that hold only the previous secret are
+# still admitted for this long, then refused.
+rotation_grace = %s
+
 # libp2p listen addresses. Port 0 picks a free port at start.
 listen = %s
 
@@ -301,6 +321,6 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+`, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
 	return b.String()
 }

@@ -26,6 +26,7 @@ import (
 	"cmbnode/node/cgp"
 	"cmbnode/node/cgpnode"
 	"cmbnode/node/config"
+	"cmbnode/node/groupkey"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
 	"cmbnode/node/mesh"
@@ -65,6 +66,7 @@ type Options struct {
 // given", so the file's value stands.
 type Overrides struct {
 	Group     *string
+	Public    *bool
 	Listen    []string
 	Bootstrap []string
 	NoMDNS    bool
@@ -78,6 +80,7 @@ type Overrides struct {
 // Apply writes the overrides onto c.
 func (o Overrides) Apply(c *config.Config) {
 	override(&c.Group, o.Group)
+	override(&c.Public, o.Public)
 	if len(o.Listen) > 0 {
 		c.Listen = append([]string(nil), o.Listen...)
 	}
@@ -229,9 +232,13 @@ func Run(ctx context.Context, opts Options) error {
 	d.add("close store", n.Close)
 	defer d.stop()
 
+	keys, err := groupKeys(home, cfg, log)
+	if err != nil {
+		return err
+	}
 	// libp2p registers its families while the mesh starts, so the registry
 	// exists before the mesh; nothing is registered when no endpoint is set.
-	mc := mesh.ConfigFrom(n, cfg, log)
+	mc := mesh.ConfigFrom(n, cfg, keys, log)
 	mc.Version = opts.Version
 	var reg *prometheus.Registry
 	if cfg.Metrics != "" {
@@ -299,7 +306,7 @@ func Run(ctx context.Context, opts Options) error {
 		retain(bg, n, cfg.Retention.Duration, log)
 	}()
 
-	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "home", home, "cmbs", n.Status().CMBs)
+	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "private", !cfg.Public, "home", home, "cmbs", n.Status().CMBs)
 	if opts.Ready != nil {
 		opts.Ready(sock)
 	}
@@ -327,6 +334,31 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("stopped", "home", home)
 	return nil
+}
+
+// groupKeys loads the private group's secrets, making them on first start
+// so a fresh home is a group of one that shares nothing until the user
+// invites or joins. A public group has none: it is logged at WARN, since
+// anyone who knows its name can join it and read everything. The secret
+// itself is never logged, only where it lives.
+func groupKeys(home string, cfg config.Config, log *slog.Logger) (*groupkey.Keyring, error) {
+	if cfg.Public {
+		log.Warn("the group is public: anyone who knows its name can join it and read every CMB it shares", "group", cfg.Group)
+		return nil, nil
+	}
+	o := groupkey.Options{Grace: cfg.RotationGrace.Duration}
+	keys, err := groupkey.Load(home, cfg.Group, o)
+	if errors.Is(err, groupkey.ErrNoSecret) {
+		if _, err = groupkey.Create(home, cfg.Group, time.Now()); err != nil {
+			return nil, fmt.Errorf("create the secret of group %s: %w", cfg.Group, err)
+		}
+		log.Info("created a new private group; share it with cmbnode invite", "group", cfg.Group, "dir", groupkey.Dir(home, cfg.Group))
+		keys, err = groupkey.Load(home, cfg.Group, o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load the secret of group %s: %w", cfg.Group, err)
+	}
+	return keys, nil
 }
 
 // daemon holds what Run started, to stop it in reverse.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"cmbnode/node/config"
+	"cmbnode/node/groupkey"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
 )
@@ -284,7 +286,16 @@ func TestRunWiresEveryPart(t *testing.T) {
 		t.Fatalf("peer status: %+v %v", pst, err)
 	}
 
+	// The peer's first start made it a private group of one; this home
+	// joins it with the peer's secret, as "cmbnode join" would.
 	home := t.TempDir()
+	g, err := groupkey.LoadGroup(peerHome, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := groupkey.Join(home, "default", g.ID, g.Epochs[0], false); err != nil {
+		t.Fatal(err)
+	}
 	metricsAddr, cgpAddr := freeAddr(t), freeAddr(t)
 	d := start(t, home, Options{Version: "v9.9.9", Overrides: Overrides{
 		Metrics: &metricsAddr, CGPHTTP: &cgpAddr, Bootstrap: pst.Addrs[:1],
@@ -466,6 +477,63 @@ func TestRetentionPurgesAtStart(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.logs.String(), "retention purge"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("purge not logged:\n%s", d.logs)
+		}
+	}
+}
+
+// Two fresh homes are two private groups of one: the same name, "default",
+// but their own secrets, so bootstrapped to each other they stay apart and
+// the secret is never logged. Two homes asked for a public group join by
+// name, and each logs a WARN saying anyone who knows the name can read.
+func TestFreshHomesArePrivatePublicIsExplicit(t *testing.T) {
+	ctx := context.Background()
+	aHome := t.TempDir()
+	a := start(t, aHome, Options{Name: "alice"})
+	ast, err := client(t, a.socket).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, t.TempDir(), Options{Name: "bob", Overrides: Overrides{Bootstrap: ast.Addrs[:1]}})
+	bc := client(t, b.socket)
+	time.Sleep(1500 * time.Millisecond)
+	if st, err := bc.Status(ctx); err != nil || st.Peers != 0 {
+		t.Fatalf("two fresh homes joined each other: %+v %v", st, err)
+	}
+	g, err := groupkey.LoadGroup(aHome, "default")
+	if err != nil {
+		t.Fatalf("first start made no group secret: %v", err)
+	}
+	secretB64 := base64.RawURLEncoding.EncodeToString(g.Epochs[0].Secret[:])
+	for _, d := range []*running{a, b} {
+		logs := d.logs.String()
+		if !strings.Contains(logs, "created a new private group") || strings.Contains(logs, secretB64) {
+			t.Errorf("logs should name the new private group and never its secret:\n%s", logs)
+		}
+	}
+
+	yes := true
+	p1 := start(t, t.TempDir(), Options{Name: "pub1", Overrides: Overrides{Public: &yes}})
+	p1st, err := client(t, p1.socket).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := start(t, t.TempDir(), Options{Name: "pub2", Overrides: Overrides{Public: &yes, Bootstrap: p1st.Addrs[:1]}})
+	p2c := client(t, p2.socket)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := p2c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Peers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("two public daemons did not join: %+v\n%s", st, p2.logs)
+		}
+	}
+	for _, d := range []*running{p1, p2} {
+		if logs := d.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "anyone who knows its name") {
+			t.Errorf("a public group's daemon did not warn:\n%s", logs)
 		}
 	}
 }

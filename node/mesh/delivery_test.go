@@ -91,12 +91,12 @@ func TestPendingParentIsRetried(t *testing.T) {
 	recv := newMember(t, "alpha", "receiver", nil, nil)
 	r := newRogue(t) // a member that publishes a remix and never serves fetches
 	r.dial(recv)
-	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.join("alpha")
 	r.serve()
 	r.joinTopic("alpha")
 	eventually(t, 10*time.Second, "receiver admits the member", func() bool { return recv.m.PeerCount() == 1 })
 	eventually(t, 10*time.Second, "member sees the receiver on the topic", func() bool {
-		return len(r.ps.ListPeers("/mmp/1.1.0/group/alpha")) == 1
+		return len(r.ps.ListPeers(topicOf(t, "alpha"))) == 1
 	})
 
 	parent := r.build("parent nobody serves yet", "alpha", r.id.NodeID)

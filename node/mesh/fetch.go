@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"cmbnode/cmb"
 	"cmbnode/node"
+	"cmbnode/node/groupkey"
 )
 
 const (
@@ -26,26 +28,82 @@ const (
 
 // ---- serving ----
 
-// served returns the record held under key in the form the requester may
-// see; the node decides what that is (node.Serve).
-func (m *Mesh) served(ctx context.Context, key, requester string) (fetchedRecord, bool) {
-	sr, ok, err := m.n.Serve(ctx, key, requester)
+// served returns the record held under key in the form this session's
+// peer may see; the node decides what that is (node.Serve). In a private
+// group it is sealed for the group at the session's epoch, bound to key.
+func (ss *session) served(ctx context.Context, key string) (fetchedRecord, bool) {
+	m := ss.m
+	sr, ok, err := m.n.Serve(ctx, key, ss.nodeID)
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.Warn("cannot serve a record", "key", key, "requester", requester, "err", err)
+			m.log.Warn("cannot serve a record", "key", key, "requester", ss.nodeID, "err", err)
 		}
 		return fetchedRecord{}, false
 	}
 	if !ok {
 		return fetchedRecord{}, false
 	}
-	return fetchedRecord{CMB: sr.Raw, PublicKey: sr.AuthorKey, E2EPublicKey: sr.AuthorE2E}, true
+	fr := fetchedRecord{CMB: sr.Raw, PublicKey: sr.AuthorKey, E2EPublicKey: sr.AuthorE2E}
+	if m.keys == nil {
+		return fr, true
+	}
+	plain, err := json.Marshal(fr)
+	if err == nil {
+		var box []byte
+		if box, err = m.keys.SealEpoch(ss.epoch, groupkey.KindRecord, key, plain); err == nil {
+			return fetchedRecord{Key: key, Box: box}, true
+		}
+	}
+	m.log.Warn("cannot seal a record for the group", "key", key, "err", err)
+	return fetchedRecord{}, false
 }
 
+// open returns a fetched record in its public form. In a private group it
+// opens the envelope, which must be bound to a key we asked for, and the
+// record inside must carry that key.
+func (ss *session) open(fr fetchedRecord, asked map[string]bool) (*cmb.Record, fetchedRecord, bool) {
+	m := ss.m
+	if m.keys != nil {
+		if !asked[fr.Key] || len(fr.Box) == 0 {
+			return nil, fetchedRecord{}, false
+		}
+		plain, _, err := m.keys.Open(groupkey.KindRecord, fr.Key, fr.Box)
+		var inner fetchedRecord
+		if err == nil {
+			err = json.Unmarshal(plain, &inner)
+		}
+		if err != nil || len(inner.CMB) == 0 {
+			m.n.Counters.Received.Add(1)
+			m.n.Counters.CountReject("bad-envelope")
+			m.log.Debug("fetched envelope does not open", "peer", ss.pid, "key", fr.Key, "err", err)
+			return nil, fetchedRecord{}, false
+		}
+		want := fr.Key
+		fr = inner
+		rec, err := cmb.Decode(fr.CMB)
+		if err != nil || rec.Key != want {
+			return nil, fetchedRecord{}, false
+		}
+		return rec, fr, true
+	}
+	rec, err := cmb.Decode(fr.CMB)
+	if err != nil || !asked[rec.Key] {
+		return nil, fetchedRecord{}, false
+	}
+	return rec, fr, true
+}
+
+// serveFetch answers MMP's cmb-fetch. A private group's records travel
+// only sealed (x-cmbnode-fetch-many), and cmb-fetch-result has no sealed
+// form, so there it answers not found.
 func (ss *session) serveFetch(ctx context.Context, f *cmb.Fetch) {
 	ss.m.stats.fetchServed.Add(1)
 	res := &cmb.FetchResult{ReqID: f.ReqID, Key: f.Key, Timestamp: time.Now().UnixMilli()}
-	if fr, ok := ss.m.served(ctx, f.Key, ss.nodeID); ok {
+	if ss.m.keys != nil {
+		_ = ss.send(res)
+		return
+	}
+	if fr, ok := ss.served(ctx, f.Key); ok {
 		if rec, err := cmb.Decode(fr.CMB); err == nil {
 			res.Found, res.CMB, res.PublicKey, res.E2EPublicKey = true, rec, fr.PublicKey, fr.E2EPublicKey
 		}
@@ -61,12 +119,13 @@ func (ss *session) serveFetchMany(ctx context.Context, req *fetchMany) {
 		if i >= maxFetchKeys {
 			break
 		}
-		fr, ok := ss.m.served(ctx, k, ss.nodeID)
+		fr, ok := ss.served(ctx, k)
 		if !ok {
 			res.Missing = append(res.Missing, k)
 			continue
 		}
-		n := len(fr.CMB) + len(fr.PublicKey) + len(fr.E2EPublicKey) + 64
+		// A box is sent base64-encoded: 4 bytes for every 3.
+		n := len(fr.CMB) + len(fr.PublicKey) + len(fr.E2EPublicKey) + len(fr.Key) + (len(fr.Box)+2)/3*4 + 64
 		if size+n > recordsBudget && len(res.Records) > 0 {
 			break // the rest is neither sent nor missing: the requester asks again
 		}
@@ -107,9 +166,9 @@ func (m *Mesh) fetchFrom(ctx context.Context, ss *session, keys []string, via st
 		keysOf := map[*cmb.Record]fetchedRecord{}
 		returned := map[string]bool{} // answered, whether or not we accept it
 		for _, fr := range res.Records {
-			rec, err := cmb.Decode(fr.CMB)
-			if err != nil || !asked[rec.Key] {
-				continue // unasked or undecodable: a miss, never a command
+			rec, fr, ok := ss.open(fr, asked)
+			if !ok {
+				continue // unasked, undecodable or unopenable: a miss, never a command
 			}
 			returned[rec.Key] = true
 			recs = append(recs, rec)
@@ -200,8 +259,14 @@ const (
 	viaCatchUp = "catch-up"
 )
 
-// ingestFrame handles a cmb frame sent directly on a stream.
+// ingestFrame handles a cmb frame sent directly on a stream. A private
+// group's records travel only sealed, so there a clear one is refused.
 func (m *Mesh) ingestFrame(ctx context.Context, f *cmb.CMBFrame, ss *session, via string) {
+	if m.keys != nil {
+		m.n.Counters.Received.Add(1)
+		m.n.Counters.CountReject("bad-envelope")
+		return
+	}
 	m.ingest(ctx, f.CMB, fetchedRecord{PublicKey: f.PublicKey, E2EPublicKey: f.E2EPublicKey}, ss, via, 0)
 }
 

@@ -63,10 +63,16 @@ type fetchMany struct {
 	Keys  []string `json:"keys"`
 }
 
+// fetchedRecord is one record of an x-cmbnode-records answer. In a public
+// group it is {cmb, publicKey, e2ePublicKey}; in a private group it is
+// {key, box}: box is a groupkey envelope (KindRecord, bound to key, sealed
+// at the session's epoch) whose plaintext is the public form's JSON.
 type fetchedRecord struct {
-	CMB          json.RawMessage `json:"cmb"`
+	CMB          json.RawMessage `json:"cmb,omitempty"`
 	PublicKey    string          `json:"publicKey,omitempty"`
 	E2EPublicKey string          `json:"e2ePublicKey,omitempty"`
+	Key          string          `json:"key,omitempty"`
+	Box          []byte          `json:"box,omitempty"`
 }
 
 type recordsResp struct {

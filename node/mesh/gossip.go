@@ -13,8 +13,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"cmbnode/cmb"
-	"cmbnode/group"
 	"cmbnode/node"
+	"cmbnode/node/groupkey"
 )
 
 // Queue sizes. GossipSub drops silently when a queue is full, so each is
@@ -75,7 +75,8 @@ func topicScoreParams() *pubsub.TopicScoreParams {
 }
 
 func (m *Mesh) startGossip() error {
-	topicName := group.Topic(m.group)
+	// A private group's topic is named by its tag, not its name.
+	topicName := m.topicName
 	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
 		// The CMB carries its own signature; the pubsub envelope carries none
@@ -122,7 +123,7 @@ func (m *Mesh) startGossip() error {
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInspectPeriod),
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
-		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10),
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+groupkey.Overhead+64<<10),
 		pubsub.WithLogger(m.log.With("component", "pubsub")),
 		pubsub.WithRawTracer(m.drops),
 	)
@@ -149,10 +150,18 @@ func (m *Mesh) startGossip() error {
 	return nil
 }
 
-// validate is the topic validator: size, decode, then the node's receive
-// pipeline (group, author key and pin, decryption, address, signature,
-// audience, dedup). Invalid messages are rejected — not merely ignored — so
-// GossipSub neither forwards them nor keeps them in its cache.
+// validate is the topic validator: size, in a private group opening the
+// envelope, decode, then the node's receive pipeline (group, author key and
+// pin, decryption, address, signature, audience, dedup). Invalid messages
+// are rejected — not merely ignored — so GossipSub neither forwards them
+// nor keeps them in its cache.
+//
+// A private group's message is a groupkey envelope (KindGossip) around the
+// cmb frame, sealed with a random nonce: the same record published twice
+// gives two messages (as it does in clear, the frame's timestamp differing),
+// while a relay forwards the bytes it received, so GossipSub's id — SHA-256
+// of those bytes — still dedupes each message across the mesh, and the
+// node dedupes records by key (c.Duplicate).
 func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	if from == m.h.ID() {
 		return pubsub.ValidationAccept // our own publish, stored before it was sent
@@ -164,10 +173,32 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 		return pubsub.ValidationIgnore
 	}
 	data := msg.GetData()
-	if len(data) > cmb.MaxFrameSize {
+	limit := cmb.MaxFrameSize
+	if m.keys != nil {
+		limit += groupkey.Overhead
+	}
+	if len(data) > limit {
 		m.n.Counters.Received.Add(1)
 		m.n.Counters.CountReject("too-large")
 		return pubsub.ValidationReject
+	}
+	if m.keys != nil {
+		plain, _, err := m.keys.Open(groupkey.KindGossip, "", data)
+		switch {
+		case errors.Is(err, groupkey.ErrUnknownEpoch), errors.Is(err, groupkey.ErrEpochExpired):
+			// Sealed under a secret we lack (a rotation not yet joined
+			// here) or one past its grace (forwarded from a cache): no
+			// fault of the sender; catch-up at the session's epoch
+			// delivers what we may have.
+			m.n.Counters.Received.Add(1)
+			m.n.Counters.CountReject("group-epoch")
+			return pubsub.ValidationIgnore
+		case err != nil:
+			m.n.Counters.Received.Add(1)
+			m.n.Counters.CountReject("bad-envelope")
+			return pubsub.ValidationReject
+		}
+		data = plain
 	}
 	f, err := cmb.ParseFrame(data)
 	cf, ok := f.(*cmb.CMBFrame)
@@ -284,6 +315,11 @@ func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record) error {
 	}
 	if len(payload) > cmb.MaxFrameSize {
 		return fmt.Errorf("publish %s: %d-byte frame exceeds the %d-byte cap", rec.Key, len(payload), cmb.MaxFrameSize)
+	}
+	if m.keys != nil {
+		if payload, err = m.keys.Seal(groupkey.KindGossip, "", payload); err != nil {
+			return fmt.Errorf("publish %s: sealing for the group: %w", rec.Key, err)
+		}
 	}
 	if err := m.topic.Publish(ctx, payload); err != nil {
 		return fmt.Errorf("publish %s: %w", rec.Key, err)

@@ -2,6 +2,7 @@ package mesh_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,10 +10,49 @@ import (
 	"time"
 
 	"cmbnode/cmb"
+	"cmbnode/group"
 	"cmbnode/node"
+	"cmbnode/node/groupkey"
 	"cmbnode/node/identity"
 	"cmbnode/node/mesh"
 )
+
+// testGroup is the private group grp of this test: its id and epoch-1
+// secret are derived from the test's name, so every member of one test
+// shares them without any state outside the test, and two tests never do.
+func testGroup(t testing.TB, grp string) groupkey.Group {
+	sum := sha256.Sum256([]byte("cmbnode test group\x00" + t.Name() + "\x00" + grp))
+	g := groupkey.Group{Name: grp}
+	copy(g.ID[:], sum[:])
+	e := groupkey.Epoch{N: 1, Secret: sha256.Sum256(sum[:]), Created: time.UnixMilli(1)}
+	g.Epochs = []groupkey.Epoch{e}
+	return g
+}
+
+// testKeys is a fresh keyring for the test's group grp (grace one hour).
+func testKeys(t testing.TB, grp string) *groupkey.Keyring {
+	t.Helper()
+	k, err := groupkey.New(testGroup(t, grp), groupkey.Options{Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// topicOf is the GossipSub topic of the test's private group grp.
+func topicOf(t testing.TB, grp string) string { return group.Topic(groupkey.Tag(testGroup(t, grp).ID)) }
+
+// public makes a member's group name-only (--public).
+func public(c *mesh.Config) { c.Keys, c.Public = nil, true }
+
+// with chains tunings.
+func with(fs ...func(*mesh.Config)) func(*mesh.Config) {
+	return func(c *mesh.Config) {
+		for _, f := range fs {
+			f(c)
+		}
+	}
+}
 
 // member is one in-process node with its mesh.
 type member struct {
@@ -22,6 +62,7 @@ type member struct {
 	id   string
 	n    *node.Node
 	m    *mesh.Mesh
+	keys *groupkey.Keyring // the group's secrets (testKeys unless set before start)
 	tune func(*mesh.Config)
 	// prep runs on the opened node before its mesh starts.
 	prep func(*node.Node)
@@ -47,6 +88,20 @@ func newMember(t testing.TB, grp, name string, peers []*member, tune func(*mesh.
 	return mb
 }
 
+// newMemberIn prepares a member in home (which must hold an identity, or
+// gets one) with keys; the caller starts it.
+func newMemberIn(t testing.TB, home, grp, name string, keys *groupkey.Keyring, tune func(*mesh.Config)) *member {
+	t.Helper()
+	if _, err := identity.Load(home); err != nil {
+		if _, err := identity.Create(home, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mb := &member{t: t, home: home, grp: grp, keys: keys, tune: tune}
+	t.Cleanup(mb.stop)
+	return mb
+}
+
 // start opens the node in mb.home and starts its mesh.
 func (mb *member) start(peers []*member) {
 	t := mb.t
@@ -62,9 +117,12 @@ func (mb *member) start(peers []*member) {
 	if mb.prep != nil {
 		mb.prep(n)
 	}
+	if mb.keys == nil {
+		mb.keys = testKeys(t, mb.grp)
+	}
 	cfg := mesh.Config{
-		Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: logger(t),
-		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second,
+		Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: logger(t), Keys: mb.keys,
+		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second, KeyReload: 200 * time.Millisecond,
 	}
 	for _, p := range peers {
 		if p.m != nil {

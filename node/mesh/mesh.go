@@ -41,6 +41,7 @@ import (
 	"cmbnode/group"
 	"cmbnode/internal/opt"
 	"cmbnode/node"
+	"cmbnode/node/groupkey"
 	"cmbnode/node/identity"
 )
 
@@ -57,6 +58,16 @@ type Config struct {
 	// Node is the core the mesh feeds; its identity keys the host and its
 	// group is the only group this mesh joins.
 	Node *node.Node
+	// Keys are the secrets of the node's private group: peers must prove
+	// knowledge of them before anything is exchanged, and every CMB
+	// travels sealed under them. Exactly one of Keys and Public is set.
+	Keys *groupkey.Keyring
+	// Public joins a name-only group, byte-compatible with plain MMP
+	// nodes: anyone who knows the name is admitted and reads everything.
+	Public bool
+	// KeyReload is how often Keys re-reads the home for epochs added by a
+	// rotation or a join (default 5 s).
+	KeyReload time.Duration
 	// Listen are libp2p multiaddrs (default: every interface, random ports,
 	// TCP and QUIC).
 	Listen []string
@@ -117,6 +128,7 @@ func DefaultConfig() Config {
 		ConnLow:           64,
 		ConnHigh:          192,
 		RetryMax:          60 * time.Second,
+		KeyReload:         5 * time.Second,
 	}
 }
 
@@ -131,6 +143,7 @@ func (c *Config) defaults() {
 	opt.Default(&c.HeartbeatTimeout, def.HeartbeatTimeout)
 	opt.Default(&c.CatchUpInterval, def.CatchUpInterval)
 	opt.Default(&c.RetryMax, def.RetryMax)
+	opt.Default(&c.KeyReload, def.KeyReload)
 	opt.Default(&c.PublishRate, def.PublishRate)
 	opt.Default(&c.PublishBurst, def.PublishBurst)
 	opt.Default(&c.ConnLow, def.ConnLow)
@@ -147,6 +160,14 @@ type Mesh struct {
 	group string
 	log   *slog.Logger
 	h     host.Host
+
+	// keys is nil for a public group. wireGroup is what the handshake's
+	// group field and the topic carry: the group's name when public, its
+	// opaque tag (groupkey.Tag) when private, so a private group's name is
+	// never on the wire and two private groups of one name never meet.
+	keys      *groupkey.Keyring
+	wireGroup string
+	topicName string
 
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic
@@ -194,8 +215,21 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	cfg.defaults()
 	n := cfg.Node
 	id := n.Identity()
+	grp := group.Normalize(n.Group())
+	switch {
+	case cfg.Keys == nil && !cfg.Public:
+		return nil, fmt.Errorf("start mesh: group %s has no secret (a name-only group must be asked for as public)", grp)
+	case cfg.Keys != nil && cfg.Public:
+		return nil, fmt.Errorf("start mesh: group %s is both public and private", grp)
+	case cfg.Keys != nil && cfg.Keys.Name() != grp:
+		return nil, fmt.Errorf("start mesh: the secret is for group %s, the node is in group %s", cfg.Keys.Name(), grp)
+	}
+	wire := grp
+	if cfg.Keys != nil {
+		wire = cfg.Keys.Tag()
+	}
 	m := &Mesh{
-		cfg: cfg, n: n, id: id, group: group.Normalize(n.Group()),
+		cfg: cfg, n: n, id: id, group: grp, keys: cfg.Keys, wireGroup: wire, topicName: group.Topic(wire),
 		log:             cfg.Logger.With("component", "mesh"),
 		peers:           map[peer.ID]*peerState{},
 		mismatch:        map[peer.ID]time.Time{},
@@ -224,6 +258,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	m.goRun(m.pending.run)
 	m.goRun(m.catchUpLoop)
+	if m.keys != nil {
+		m.goRun(m.watchKeys)
+	}
 	for _, a := range cfg.Bootstrap {
 		ai, err := peer.AddrInfoFromString(a)
 		if err != nil {
@@ -242,7 +279,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, fmt.Errorf("start mesh: mdns: %w", err)
 		}
 	}
-	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "addrs", m.Addrs())
+	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "private", m.keys != nil, "addrs", m.Addrs())
 	return m, nil
 }
 
@@ -406,8 +443,9 @@ func (m *Mesh) PeerCount() int {
 	return len(m.peers)
 }
 
-// admitted reports whether pid is a handshaken peer of our group: the
-// GossipSub peer filter and the validator's first check.
+// admitted reports whether pid is a handshaken peer of our group — in a
+// private group, one whose membership proof verified: the GossipSub peer
+// filter and the validator's first check.
 func (m *Mesh) admitted(pid peer.ID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +22,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"cmbnode/cmb"
-	"cmbnode/group"
 	"cmbnode/node"
+	"cmbnode/node/groupkey"
 	"cmbnode/node/identity"
 	"cmbnode/node/mesh"
 )
@@ -37,6 +38,9 @@ type rogue struct {
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic
 	sub   *pubsub.Subscription
+	// keys, once the rogue has proved membership with them, seal what it
+	// publishes on the topic.
+	keys *groupkey.Keyring
 }
 
 func newRogue(t *testing.T) *rogue {
@@ -73,12 +77,109 @@ func (r *rogue) dial(victim *member) {
 	}
 }
 
+// handshake sends a handshake into the test's private group grp (its tag).
 func (r *rogue) handshake(publicKey, grp string) {
+	r.t.Helper()
+	r.handshakeAs(publicKey, groupkey.Tag(testGroup(r.t, grp).ID))
+}
+
+// handshakeAs sends a handshake whose group field is exactly wire.
+func (r *rogue) handshakeAs(publicKey, wire string) {
 	r.t.Helper()
 	r.send(&cmb.Handshake{
 		NodeID: r.id.NodeID, Name: "rogue", Version: cmb.ProtocolVersion, PublicKey: publicKey,
-		E2EPublicKey: r.id.E2EPublicKeyDER(), Group: grp, LifecycleRole: "participant",
+		E2EPublicKey: r.id.E2EPublicKeyDER(), Group: wire, LifecycleRole: "participant",
 	})
+}
+
+// join handshakes into the test's private group grp and proves
+// membership honestly, as a member that turns rogue afterwards would.
+func (r *rogue) join(grp string) {
+	r.t.Helper()
+	k := testKeys(r.t, grp)
+	r.handshake(r.id.PublicKeyB64(), grp)
+	ours := r.sendNonce(k.Current())
+	theirs := r.readHello()
+	r.sendProof(1, r.prove(k, 1, ours, theirs))
+	if f := r.readRaw(); !strings.Contains(string(f), "x-cmbnode-group-proof") {
+		r.t.Fatalf("the victim answered the proof with %s", f)
+	}
+	r.keys = k
+}
+
+type nonceFrame struct {
+	Type  string `json:"type"`
+	V     int    `json:"v"`
+	Epoch uint32 `json:"epoch"`
+	Nonce []byte `json:"nonce"`
+}
+
+type proofFrame struct {
+	Type  string `json:"type"`
+	V     int    `json:"v"`
+	Epoch uint32 `json:"epoch"`
+	MAC   []byte `json:"mac"`
+}
+
+func (r *rogue) sendJSON(v any) {
+	r.t.Helper()
+	p, err := json.Marshal(v)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := cmb.WriteFrame(r.s, p); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// sendNonce sends a fresh nonce frame claiming epoch; it returns the nonce.
+func (r *rogue) sendNonce(epoch uint32) []byte {
+	r.t.Helper()
+	n, err := groupkey.NewNonce()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.sendJSON(nonceFrame{Type: "x-cmbnode-group-nonce", V: 1, Epoch: epoch, Nonce: n[:]})
+	return n[:]
+}
+
+func (r *rogue) sendProof(epoch uint32, mac []byte) {
+	r.t.Helper()
+	r.sendJSON(proofFrame{Type: "x-cmbnode-group-proof", V: 1, Epoch: epoch, MAC: mac})
+}
+
+// readRaw reads one frame from the victim (within 10 s).
+func (r *rogue) readRaw() []byte {
+	r.t.Helper()
+	_ = r.s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p, err := cmb.ReadFrame(r.s, nil)
+	if err != nil {
+		r.t.Fatalf("reading from the victim: %v", err)
+	}
+	return p
+}
+
+// readHello reads the victim's handshake and nonce frames and returns its nonce.
+func (r *rogue) readHello() []byte {
+	r.t.Helper()
+	if f, err := cmb.ParseFrame(r.readRaw()); err != nil || f.FrameType() != cmb.TypeHandshake {
+		r.t.Fatalf("victim's first frame: %v %v", f, err)
+	}
+	var n nonceFrame
+	if err := json.Unmarshal(r.readRaw(), &n); err != nil || n.Type != "x-cmbnode-group-nonce" {
+		r.t.Fatalf("victim's second frame is no nonce: %+v %v", n, err)
+	}
+	return n.Nonce
+}
+
+// prove computes the rogue's proof with k at epoch for this connection.
+func (r *rogue) prove(k *groupkey.Keyring, epoch uint32, ours, theirs []byte) []byte {
+	r.t.Helper()
+	mac, err := k.Prove(epoch, []byte(r.h.ID()), []byte(r.s.Conn().RemotePeer()), ours, theirs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return mac
 }
 
 func (r *rogue) send(f cmb.Frame) {
@@ -126,17 +227,24 @@ func (r *rogue) serve() {
 	}()
 }
 
+// joinTopic subscribes to the test's private group grp's topic.
 func (r *rogue) joinTopic(grp string) {
+	r.t.Helper()
+	r.joinTopicNamed(topicOf(r.t, grp))
+}
+
+// joinTopicNamed subscribes to exactly topic.
+func (r *rogue) joinTopicNamed(topic string) {
 	r.t.Helper()
 	ps, err := pubsub.NewGossipSub(context.Background(), r.h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign), pubsub.WithNoAuthor(),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string { s := sha256.Sum256(m.GetData()); return string(s[:]) }),
-		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")),
+		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+groupkey.Overhead+64<<10), pubsub.WithFloodPublish(true), pubsub.WithLogger(logger(r.t).With("who", "rogue")),
 		pubsub.WithPeerOutboundQueueSize(1024)) // room for a burst of forgeries
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if r.topic, err = ps.Join(group.Topic(grp)); err != nil {
+	if r.topic, err = ps.Join(topic); err != nil {
 		r.t.Fatal(err)
 	}
 	sub, err := r.topic.Subscribe()
@@ -147,7 +255,21 @@ func (r *rogue) joinTopic(grp string) {
 	r.ps, r.sub = ps, sub
 }
 
+// publish publishes payload on the topic, sealed for the group once the
+// rogue has proved membership (as a member's records travel).
 func (r *rogue) publish(payload []byte) {
+	r.t.Helper()
+	if r.keys != nil {
+		var err error
+		if payload, err = r.keys.Seal(groupkey.KindGossip, "", payload); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	r.publishRaw(payload)
+}
+
+// publishRaw publishes payload as it is.
+func (r *rogue) publishRaw(payload []byte) {
 	r.t.Helper()
 	if err := r.topic.Publish(context.Background(), payload); err != nil {
 		r.t.Fatal(err)
@@ -199,12 +321,12 @@ func TestMisbehavingPeer(t *testing.T) {
 	// The rogue handshakes honestly and then misbehaves on the topic.
 	r := newRogue(t)
 	r.dial(victim)
-	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.join("alpha")
 	r.serve()
 	r.joinTopic("alpha")
 	victimID, _ := peer.Decode(victim.m.PeerID())
 	eventually(t, 10*time.Second, "rogue sees the victim on the topic", func() bool {
-		for _, p := range r.ps.ListPeers(group.Topic("alpha")) {
+		for _, p := range r.ps.ListPeers(topicOf(t, "alpha")) {
 			if p == victimID {
 				return true
 			}
@@ -213,7 +335,7 @@ func TestMisbehavingPeer(t *testing.T) {
 	})
 	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
 
-	t.Logf("%s publishing forgeries, topic peers %v", time.Now().Format("05.000"), r.ps.ListPeers(group.Topic("alpha")))
+	t.Logf("%s publishing forgeries, topic peers %v", time.Now().Format("05.000"), r.ps.ListPeers(topicOf(t, "alpha")))
 	rogueKey := r.id.PublicKeyB64()
 	honestID := honest.nodeID()
 	var forged []string
@@ -279,7 +401,7 @@ func TestMisbehavingPeer(t *testing.T) {
 	spy.dial(honest) // the publisher: flood publishing must skip it
 	spy.joinTopic("alpha")
 	eventually(t, 10*time.Second, "the spy's subscription reaches the victim", func() bool {
-		return len(spy.ps.ListPeers(group.Topic("alpha"))) > 0
+		return len(spy.ps.ListPeers(topicOf(t, "alpha"))) > 0
 	})
 	time.Sleep(1500 * time.Millisecond) // a GossipSub heartbeat, in which the spy could be grafted
 
@@ -323,7 +445,7 @@ func TestRejectedGossipGraylistsSender(t *testing.T) {
 
 	r := newRogue(t)
 	r.dial(victim)
-	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.join("alpha")
 	r.serve()
 	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
 	r.joinTopic("alpha")
@@ -467,7 +589,7 @@ func TestPeerInfoFloodDialsBounded(t *testing.T) {
 
 	r := newRogue(t)
 	r.dial(victim)
-	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.join("alpha")
 	r.serve()
 	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
 	halt := honestTraffic(t, honest)

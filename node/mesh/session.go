@@ -47,6 +47,9 @@ type session struct {
 	outbound bool
 	remote   *cmb.Handshake
 	nodeID   string
+	// epoch is the group secret epoch this session's proofs were made at
+	// and its fetched records are sealed under (0 in a public group).
+	epoch uint32
 
 	wmu      sync.Mutex
 	lastRecv atomic.Int64 // unix nanos of the last frame received
@@ -72,7 +75,10 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 	defer close(ss.done)
 	if err := ss.handshake(ctx); err != nil {
 		m.stats.handshakeFailed.Add(1)
-		m.log.Info("mmp handshake refused", "peer", ss.pid, "outbound", outbound, "err", err)
+		var pe *ProofError
+		if !errors.As(err, &pe) { // refuse logged it at WARN
+			m.log.Info("mmp handshake refused", "peer", ss.pid, "outbound", outbound, "err", err)
+		}
 		// Close, not Reset: the error frame already written must arrive.
 		_ = s.Close()
 		return
@@ -99,17 +105,30 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 
 // handshake sends ours and checks theirs: first frame, within the timeout,
 // a version family we speak, a publicKey equal to the libp2p key the secure
-// channel proved, our group, and keys that agree with the roster.
+// channel proved, our group, and — in a private group — a membership proof
+// (proof.go); only then are the peer's keys pinned in the roster, so a
+// non-member leaves no trace there.
 func (ss *session) handshake(ctx context.Context) error {
 	m, id := ss.m, ss.m.id
 	ours := &cmb.Handshake{
 		NodeID: id.NodeID, Name: id.Name, Version: cmb.ProtocolVersion, PublicKey: id.PublicKeyB64(),
-		E2EPublicKey: id.E2EPublicKeyDER(), Group: m.group, LifecycleRole: "participant",
+		E2EPublicKey: id.E2EPublicKeyDER(), Group: m.wireGroup, LifecycleRole: "participant",
 		Extensions: []string{"x-cmbnode-catchup"}, CmbnodeVersion: m.cfg.Version,
+	}
+	if m.keys != nil {
+		ours.Extensions = append(ours.Extensions, extGroup)
 	}
 	if err := ss.send(ours); err != nil {
 		return fmt.Errorf("sending handshake: %w", err)
 	}
+	var nonce []byte
+	if m.keys != nil {
+		var err error
+		if nonce, err = ss.sendNonce(); err != nil {
+			return fmt.Errorf("sending the proof nonce: %w", err)
+		}
+	}
+	// One deadline for the handshake and the proof exchange.
 	_ = ss.s.SetReadDeadline(time.Now().Add(m.cfg.HandshakeTimeout))
 	payload, err := cmb.ReadFrame(ss.s, nil)
 	if err != nil {
@@ -139,25 +158,33 @@ func (ss *session) handshake(ctx context.Context) error {
 		ss.fail(cmb.CodeAuthFailed, "publicKey is not the key of this libp2p connection")
 		return errors.New("handshake publicKey differs from the peer's libp2p key")
 	}
-	if g := group.Normalize(hs.Group); g != m.group {
+	if g := group.Normalize(hs.Group); g != m.wireGroup {
 		m.stats.groupMismatch.Add(1)
 		ss.fail(cmb.CodeGroupMismatch, "group mismatch")
 		m.markMismatched(ss.pid)
 		// No application frame crosses groups: drop the whole connection
 		// once the error frame had a moment to leave.
-		m.goRun(func(ctx context.Context) {
-			select {
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-				_ = m.h.Network().ClosePeer(ss.pid)
-			}
-		})
-		return fmt.Errorf("peer is in group %q, we are in %q", g, m.group)
+		m.closeSoon(ss.pid)
+		return fmt.Errorf("peer is in group %q, we are in %q", g, m.wireGroup)
 	}
 	nodeID := strings.ToLower(hs.NodeID)
 	if nodeID == strings.ToLower(id.NodeID) {
 		ss.fail(cmb.CodeDuplicateNode, "that is this node's nodeId")
 		return errors.New("peer claims this node's nodeId")
+	}
+	if m.keys != nil {
+		if err := ss.prove(nonce); err != nil {
+			var refused *peerRefused
+			if errors.As(err, &refused) {
+				return err // it refused our proof; nothing to answer
+			}
+			var pe *ProofError
+			if !errors.As(err, &pe) {
+				pe = &ProofError{Reason: "exchange failed", Err: err}
+			}
+			ss.refuse(pe)
+			return pe
+		}
 	}
 	var x []byte
 	if hs.E2EPublicKey != "" {

@@ -12,6 +12,8 @@ type stats struct {
 	handshakes       atomic.Int64
 	handshakeFailed  atomic.Int64
 	groupMismatch    atomic.Int64
+	proofFailed      atomic.Int64
+	epochExpired     atomic.Int64
 	published        atomic.Int64
 	gossipUnadmitted atomic.Int64
 	fetchServed      atomic.Int64
@@ -31,6 +33,12 @@ type Stats struct {
 	Handshakes       int64 `json:"handshakes"`
 	HandshakesFailed int64 `json:"handshakesFailed"`
 	GroupMismatches  int64 `json:"groupMismatches"`
+	// ProofsFailed counts peers refused for a missing, malformed or wrong
+	// group membership proof (private groups).
+	ProofsFailed int64 `json:"proofsFailed"`
+	// EpochsExpired counts sessions ended because their secret epoch was
+	// superseded longer than the grace period ago.
+	EpochsExpired    int64 `json:"epochsExpired"`
 	Published        int64 `json:"published"`
 	GossipUnadmitted int64 `json:"gossipUnadmitted"`
 	FetchesServed    int64 `json:"fetchesServed"`
@@ -103,6 +111,7 @@ func (m *Mesh) Stats() Stats {
 		Peers: m.PeerCount(), PendingParents: m.pending.Len(),
 		Handshakes: m.stats.handshakes.Load(), HandshakesFailed: m.stats.handshakeFailed.Load(),
 		GroupMismatches: m.stats.groupMismatch.Load(), Published: m.stats.published.Load(),
+		ProofsFailed: m.stats.proofFailed.Load(), EpochsExpired: m.stats.epochExpired.Load(),
 		GossipUnadmitted: m.stats.gossipUnadmitted.Load(), FetchesServed: m.stats.fetchServed.Load(),
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
 		PeerInfoDials: m.stats.peerInfoDials.Load(), PeerInfoDialsDropped: m.stats.peerInfoDropped.Load(),

@@ -16,7 +16,7 @@ func rogueMember(t *testing.T, victim *member, grp string, wantPeers int) *rogue
 	t.Helper()
 	r := newRogue(t)
 	r.dial(victim)
-	r.handshake(r.id.PublicKeyB64(), grp)
+	r.join(grp)
 	r.serve()
 	r.joinTopic(grp)
 	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == wantPeers })

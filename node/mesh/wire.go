@@ -5,10 +5,12 @@ import (
 
 	"cmbnode/node"
 	"cmbnode/node/config"
+	"cmbnode/node/groupkey"
 )
 
 // ConfigFrom maps the daemon's settings onto a mesh Config. The group comes
-// from the node (opened with config.Group), so the two cannot disagree.
-func ConfigFrom(n *node.Node, c config.Config, log *slog.Logger) Config {
-	return Config{Node: n, Listen: c.Listen, Bootstrap: c.Bootstrap, MDNS: c.MDNS, Logger: log}
+// from the node (opened with config.Group), so the two cannot disagree;
+// keys are its secrets, nil for a public group.
+func ConfigFrom(n *node.Node, c config.Config, keys *groupkey.Keyring, log *slog.Logger) Config {
+	return Config{Node: n, Keys: keys, Public: c.Public, Listen: c.Listen, Bootstrap: c.Bootstrap, MDNS: c.MDNS, Logger: log}
 }

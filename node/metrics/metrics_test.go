@@ -43,7 +43,7 @@ func TestServe(t *testing.T) {
 	reg := metrics.NewRegistry()
 	// A real mesh registers libp2p's families; the cmbnode mesh families
 	// are read from fixed stats so their values can be checked.
-	m, err := mesh.Start(ctx, mesh.Config{Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Metrics: reg})
+	m, err := mesh.Start(ctx, mesh.Config{Node: n, Public: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
