@@ -11,7 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/blevesearch/segment"
 )
 
 func TestTokenize(t *testing.T) {
@@ -34,44 +35,28 @@ func TestTokenize(t *testing.T) {
 	}
 }
 
-// tokenizeRef is tokenize without its ASCII fast path.
+// tokenizeRef is Tokenize by the segmenter alone: the whole folded text
+// through github.com/blevesearch/segment, its word segments kept.
 func tokenizeRef(text string) []string {
-	var out []string
 	s := foldNFC(text)
-	start := -1
-	var prev rune
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case isIdeo(r):
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-			out = append(out, s[i:i+n])
-		case isWordRune(r):
-			if start < 0 {
-				start = i
-			}
-		case start >= 0 && isMid(r, prev, s[i+n:]):
-		case start >= 0 && isFormat(r):
-		default:
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-		}
-		prev = r
-		i += n
+	segs, types, _, err := segment.SegmentWordsDirect([]byte(s), nil, nil)
+	if err != nil {
+		panic(fmt.Sprintf("segmenting %q: %v", s, err))
 	}
-	if start >= 0 {
-		out = append(out, s[start:])
+	var out []string
+	for i, seg := range segs {
+		if types[i] != segment.None {
+			out = append(out, string(seg))
+		}
 	}
 	return out
 }
 
-func TestTokenizeASCIIFastPath(t *testing.T) {
-	pieces := []string{"a", "Z", "7", "_", " ", "'", ".", ":", ",", ";", "-", "!", "é", "ß", "東", "\u200d", "\u00ad", "’", "٣", "x1", "A.B", "3,4", "\t"}
+// TestTokenizeMatchesSegmenter holds Tokenize, which segments ASCII pieces
+// itself and cuts at white space, to the segmenter's words on the whole
+// text.
+func TestTokenizeMatchesSegmenter(t *testing.T) {
+	pieces := []string{"a", "Z", "7", "_", " ", "'", ".", ":", ",", ";", "-", "!", "é", "ß", "東", "\u200d", "\u00ad", "’", "٣", "x1", "A.B", "3,4", "\t", "\n", "\r", "\u0301", "タ", "🙂", "\u00a0", "\u3000"}
 	rng := rand.New(rand.NewPCG(5, 5))
 	for range 20000 {
 		var b strings.Builder

@@ -28,6 +28,9 @@ type textIndex struct {
 	live     int
 	totalLen [NumFields]int64
 
+	// termer makes the terms of records and queries alike (tokenize.go).
+	termer termer
+
 	scratch sync.Pool // *scoreScratch
 	// yield, if set, is called every few tens of µs of a merge, so that
 	// the store's writers get a P in time (runtime.Gosched there; nil in
@@ -405,7 +408,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if asOf.IsZero() {
 		asOf = s.opts.Now()
 	}
-	qterms := uniq(Tokenize(query))
+	qterms := uniq(s.idx.termer.terms(Tokenize(query)))
 	if len(qterms) == 0 {
 		return nil, nil
 	}
@@ -759,3 +762,6 @@ func (x *textIndex) snapshotList(pl *postingList) map[string]struct{} {
 	}
 	return set
 }
+
+// analyze is analyze with the index's termer.
+func (x *textIndex) analyze(texts [NumFields]string) docTerms { return analyze(&x.termer, texts) }
