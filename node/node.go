@@ -44,6 +44,9 @@ type Options struct {
 	// known and who never signed (MMP §18.3.1's permissive rule). Off by
 	// default (config strict_signatures = true).
 	AllowUnsigned bool
+	// Retriever, if set, adds its evidence to the text index's in Recall
+	// and SearchText (rank.go).
+	Retriever Retriever
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -83,6 +86,7 @@ type Node struct {
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
 	allowUnsigned bool
+	retriever     Retriever
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
@@ -120,6 +124,7 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned,
+		retriever: opts.Retriever,
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
