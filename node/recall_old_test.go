@@ -218,7 +218,6 @@ func oldIsMid(r, prev rune, rest string) bool {
 	return false
 }
 
-
 // oldBM25 is the old index over a fixed set of records' texts.
 type oldBM25 struct {
 	docs     []oldDoc
