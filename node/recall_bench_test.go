@@ -117,5 +117,5 @@ func BenchmarkRememberCPU(b *testing.B) {
 	if _, err := n.st.Search(ctx, "x", store.SearchOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64((cpuTime() - cpu0).Microseconds())/float64(b.N), "cpu-µs/cmb")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/cmb")
 }
