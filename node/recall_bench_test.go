@@ -19,23 +19,24 @@ import (
 // the evaluation's, cycled.
 func BenchmarkRecall(b *testing.B) {
 	for _, size := range []int{10_000, 100_000} {
+		// Filled once, outside the measured runs: b.Run calls its
+		// function again for every b.N it tries.
+		ctx := context.Background()
+		n := openEvalNode(b)
+		// ~200 turns per conversation of 12 sessions.
+		d, err := newEvalDataset(uint64(size), size/190+1, 12)
+		if err != nil {
+			b.Fatal(err)
+		}
+		turns := d.turns[:min(len(d.turns), size)]
+		if len(turns) < size {
+			b.Fatalf("generated %d turns, want %d", len(turns), size)
+		}
+		if err := fillChained(ctx, n, turns); err != nil {
+			b.Fatal(err)
+		}
 		b.Run(fmt.Sprintf("cmbs=%d", size), func(b *testing.B) {
-			ctx := context.Background()
-			n := openEvalNode(b)
-			// ~200 turns per conversation of 12 sessions.
-			d, err := newEvalDataset(uint64(size), size/190+1, 12)
-			if err != nil {
-				b.Fatal(err)
-			}
-			turns := d.turns[:min(len(d.turns), size)]
-			if len(turns) < size {
-				b.Fatalf("generated %d turns, want %d", len(turns), size)
-			}
-			if err := fillChained(ctx, n, turns); err != nil {
-				b.Fatal(err)
-			}
 			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
 			for i := range b.N {
 				q := d.questions[i%len(d.questions)]
 				t := time.Now()
@@ -50,6 +51,7 @@ func BenchmarkRecall(b *testing.B) {
 			b.ReportMetric(pct(0.50), "p50-ms")
 			b.ReportMetric(pct(0.99), "p99-ms")
 		})
+		n.Close()
 	}
 }
 
