@@ -4,11 +4,13 @@ go 1.26.6
 
 require (
 	github.com/BurntSushi/toml v1.6.0
+	github.com/blevesearch/segment v0.9.1
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/google/btree v1.1.3
 	github.com/google/jsonschema-go v0.4.3
 	github.com/google/uuid v1.6.0
 	github.com/gowebpki/jcs v1.0.2
+	github.com/kljensen/snowball v0.10.0
 	github.com/libp2p/go-libp2p v0.52.0
 	github.com/libp2p/go-libp2p-pubsub v0.19.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0

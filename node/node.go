@@ -46,6 +46,9 @@ type Options struct {
 	AllowUnsigned bool
 	// Version is the build's version, reported by Status.
 	Version string
+	// Retriever, if set, adds its evidence to the text index's in Recall
+	// and SearchText (rank.go).
+	Retriever Retriever
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -90,6 +93,7 @@ type Node struct {
 
 	allowUnsigned bool
 	version       string
+	retriever     Retriever
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
@@ -127,6 +131,7 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
+		retriever: opts.Retriever,
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,32 +41,71 @@ type RecallHit struct {
 	CreatedAt int64      `json:"createdAt"`
 	Group     string     `json:"group"`
 	Fields    FieldsJSON `json:"fields"`
-	Score     float64    `json:"score"`
+	// Score is in [0,1]: RecallRelevanceShare of the hit's relevance
+	// (rank.go: its own text relevance with its best lineage
+	// neighbour's) plus the rest of its recency. docs/recall.md says what
+	// the figures mean.
+	Score float64 `json:"score"`
 }
 
 // MaxRecall bounds one recall.
 const MaxRecall = 1000
 
-// Recall ranks stored records against query (text relevance plus recency),
-// up to limit of them (0 is the store's default).
+// RecallOptions tune RecallWith. The zero value is a recall of the
+// store's default size, as of now, with no score threshold.
+type RecallOptions struct {
+	Limit int // 0 is the default (10)
+	// MinScore leaves out hits whose Score is below it; in [0,1].
+	MinScore float64
+}
+
+// Recall ranks stored records against query, up to limit of them (0 is
+// the default): RecallWith without a threshold.
 func (n *Node) Recall(ctx context.Context, query string, limit int) ([]RecallHit, error) {
-	if limit > MaxRecall {
-		return nil, fmt.Errorf("%w: limit %d is over %d", ErrBadRequest, limit, MaxRecall)
+	return n.RecallWith(ctx, query, RecallOptions{Limit: limit})
+}
+
+// RecallWith ranks held records against query by relevance, lineage and
+// recency (rank.go), best first, and returns the records. Quarantined
+// records are never returned.
+func (n *Node) RecallWith(ctx context.Context, query string, o RecallOptions) ([]RecallHit, error) {
+	if o.Limit > MaxRecall {
+		return nil, fmt.Errorf("%w: limit %d is over %d", ErrBadRequest, o.Limit, MaxRecall)
 	}
-	hits, err := n.st.Search(ctx, query, store.SearchOptions{Limit: limit, RecencyWeight: 0.1, AsOf: n.now()})
+	if o.Limit < 0 {
+		return nil, fmt.Errorf("%w: limit must not be negative", ErrBadRequest)
+	}
+	if math.IsNaN(o.MinScore) || o.MinScore < 0 || o.MinScore > 1 {
+		return nil, fmt.Errorf("%w: min_score %v is not in [0,1]", ErrBadRequest, o.MinScore)
+	}
+	if o.Limit == 0 {
+		o.Limit = 10
+	}
+	asOf := n.now()
+	ranked, err := n.rank(ctx, query, o.Limit, asOf)
 	if err != nil {
-		return nil, fmt.Errorf("search: %w", err)
+		return nil, err
 	}
-	out := make([]RecallHit, 0, len(hits))
-	for _, h := range hits {
-		rec, err := n.record(ctx, h.Key)
+	for i := range ranked {
+		r := &ranked[i]
+		age := float64(max(asOf.UnixMilli()-r.createdAt, 0))
+		recency := math.Exp2(-age / float64(recallHalfLife.Milliseconds()))
+		r.score = RecallRelevanceShare*r.relevance + (1-RecallRelevanceShare)*recency
+	}
+	slices.SortFunc(ranked, func(a, b rankedKey) int { return a.compare(b) })
+	out := make([]RecallHit, 0, min(len(ranked), o.Limit))
+	for _, h := range ranked {
+		if len(out) == o.Limit || h.score < o.MinScore {
+			break
+		}
+		rec, err := n.record(ctx, h.key)
 		if err != nil {
 			if errors.Is(err, ErrNotFound) {
-				continue // purged between search and read
+				continue // purged between search and read, or quarantined
 			}
 			return nil, err
 		}
-		out = append(out, RecallHit{Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, Fields: FieldsView(&rec.Fields), Score: h.Score})
+		out = append(out, RecallHit{Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, Fields: FieldsView(&rec.Fields), Score: h.score})
 	}
 	return out, nil
 }

@@ -15,10 +15,12 @@ import (
 // backend caches decoded records by their bytes): they hand out what the
 // store holds without decoding it, and never surface a quarantined record.
 
-// TextHit is one record matching a text search, ranked by text relevance
+// TextHit is one record matching a text search, ranked by relevance
 // alone (no recency is blended in).
 type TextHit struct {
-	Key       string
+	Key string
+	// Relevance is in [0,1], on the fixed scale of Recall's (rank.go): the
+	// record's own text relevance with its best lineage neighbour's.
 	Relevance float64
 	CreatedAt time.Time
 }
@@ -26,13 +28,22 @@ type TextHit struct {
 // SearchText ranks held records against text by relevance, best first, at
 // most limit of them, hiding records created after asOf (zero means now).
 func (n *Node) SearchText(ctx context.Context, text string, limit int, asOf time.Time) ([]TextHit, error) {
-	hits, err := n.st.Search(ctx, text, store.SearchOptions{Limit: limit, AsOf: asOf})
-	if err != nil {
-		return nil, fmt.Errorf("search store: %w", err)
+	if asOf.IsZero() {
+		asOf = n.now()
 	}
-	out := make([]TextHit, len(hits))
-	for i, h := range hits {
-		out[i] = TextHit{Key: h.Key, Relevance: h.Text, CreatedAt: time.UnixMilli(h.CreatedAt)}
+	ranked, err := n.rank(ctx, text, max(limit, 1), asOf)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TextHit, 0, min(len(ranked), limit))
+	for _, h := range ranked {
+		if len(out) == limit {
+			break
+		}
+		if n.st.IsQuarantined(h.key) {
+			continue
+		}
+		out = append(out, TextHit{Key: h.key, Relevance: h.relevance, CreatedAt: time.UnixMilli(h.createdAt)})
 	}
 	return out, nil
 }

@@ -102,7 +102,7 @@ func (s *Store) Check(ctx context.Context) error {
 				quarantined: rec.Meta.Quarantined, parents: set(rec.Parents), refs: set(refTargets(&rec.Entry))}
 			recs[key] = sum
 			if !sum.quarantined {
-				rebuilt.addLocked(key, at, rec.Group, analyze(rec.Texts))
+				rebuilt.addLocked(key, at, rec.Group, s.idx.analyze(rec.Texts))
 			}
 			for _, k := range indexKeys(&rec.Entry) {
 				if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {

@@ -50,7 +50,9 @@ func BenchmarkAnalyze(b *testing.B) {
 	for i := range texts {
 		texts[i] = c.record(i, testBase).Texts
 	}
-	benchThreadCPU(b, func(i int) { _ = analyze(texts[i%len(texts)]) })
+	// A store's termer, its stem cache warm as it is past the first records.
+	var tm termer
+	benchThreadCPU(b, func(i int) { _ = analyze(&tm, texts[i%len(texts)]) })
 }
 
 // benchThreadCPU runs op(i) for i < b.N on one thread and reports the
@@ -84,11 +86,11 @@ func indexAddSetup(n int) (x *textIndex, add []Entry, terms []docTerms, keys []s
 	pre, add := speedCorpus()
 	x = newTextIndex(nil)
 	for _, e := range pre {
-		x.addLocked(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
+		x.addLocked(e.Key, e.CreatedAt, e.Group, x.analyze(e.Texts))
 	}
 	terms = make([]docTerms, len(add))
 	for i, e := range add {
-		terms[i] = analyze(e.Texts)
+		terms[i] = x.analyze(e.Texts)
 	}
 	keys = make([]string, n)
 	for i := range keys {
@@ -138,7 +140,7 @@ func BenchmarkIndexRecord(b *testing.B) {
 				if viaTokens {
 					x.addTexts(keys[i], e.CreatedAt, e.Group, e.Texts)
 				} else {
-					x.add(keys[i], e.CreatedAt, e.Group, analyze(e.Texts))
+					x.add(keys[i], e.CreatedAt, e.Group, x.analyze(e.Texts))
 				}
 			})
 		})
@@ -174,8 +176,8 @@ func BenchmarkIndexAddCold(b *testing.B) {
 }
 
 // analyzeRef is analyze as it was before it grouped terms: per field, the
-// field's distinct terms in order of first occurrence, tokenised without the
-// ASCII fast path.
+// field's distinct terms in order of first occurrence, segmented by the
+// segmenter alone (no ASCII fast path) and stemmed without a cache.
 func analyzeRef(texts [NumFields]string) docTerms {
 	var d docTerms
 	var tf []int
@@ -185,7 +187,7 @@ func analyzeRef(texts [NumFields]string) docTerms {
 		}
 		first := len(d.terms)
 	next:
-		for _, tok := range tokenizeRef(t) {
+		for _, tok := range (*termer)(nil).terms(tokenizeRef(t)) {
 			d.lens[f]++
 			for i := first; i < len(d.terms); i++ {
 				if d.terms[i].term == tok {
@@ -241,21 +243,24 @@ func sameAnalysis(got, want docTerms) error {
 
 func TestAnalyzeSaturatesTF(t *testing.T) {
 	var texts [NumFields]string
-	texts[3] = strings.Repeat("a ", 70000) + "b"
-	d := analyze(texts)
+	texts[3] = strings.Repeat("x ", 70000) + "y"
+	d := analyze(nil, texts)
 	if len(d.terms) != 2 || d.terms[0].tf != math.MaxUint16 || d.terms[1].tf != 1 || d.lens[3] != 70001 {
 		t.Fatalf("lens %v, terms %+v", d.lens, d.terms)
 	}
 }
 
 func TestAnalyzeMatchesReference(t *testing.T) {
+	// One termer throughout, so that cached stems are checked against
+	// analyzeRef's uncached ones.
+	var tm termer
 	c := newCorpus(11)
 	for i := range 2000 {
 		e := c.record(i, testBase)
 		if i%5 == 0 {
 			e.Texts[i%NumFields] = neutralText
 		}
-		if err := sameAnalysis(analyze(e.Texts), analyzeRef(e.Texts)); err != nil {
+		if err := sameAnalysis(analyze(&tm, e.Texts), analyzeRef(e.Texts)); err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
 	}
@@ -283,7 +288,7 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 				texts[f] = neutralText
 			}
 		}
-		if err := sameAnalysis(analyze(texts), analyzeRef(texts)); err != nil {
+		if err := sameAnalysis(analyze(&tm, texts), analyzeRef(texts)); err != nil {
 			t.Fatalf("%q: %v", texts, err)
 		}
 	}
@@ -361,7 +366,7 @@ func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool) {
 		if viaTokens(len(ids)) {
 			x.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
 		} else {
-			x.add(e.Key, e.CreatedAt, e.Group, analyze(e.Texts))
+			x.add(e.Key, e.CreatedAt, e.Group, x.analyze(e.Texts))
 		}
 		id := uint32(len(ids))
 		ids = append(ids, e.Key)
@@ -414,7 +419,7 @@ func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool) {
 	for i, e := range entries {
 		if i%3 != 0 {
 			keys = append(keys, e.Key)
-			dts = append(dts, analyze(e.Texts))
+			dts = append(dts, x.analyze(e.Texts))
 			gone[e.Key] = true
 		}
 	}

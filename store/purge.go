@@ -216,7 +216,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		at := s.orderAt(&rec)
 		return func() {
 			s.order.remove(key, at, rec.Group, rec.CreatedBy)
-			s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
+			s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
 		}, nil
 	})
 }

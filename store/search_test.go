@@ -11,7 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/blevesearch/segment"
 )
 
 func TestTokenize(t *testing.T) {
@@ -34,44 +35,28 @@ func TestTokenize(t *testing.T) {
 	}
 }
 
-// tokenizeRef is tokenize without its ASCII fast path.
+// tokenizeRef is Tokenize by the segmenter alone: the whole folded text
+// through github.com/blevesearch/segment, its word segments kept.
 func tokenizeRef(text string) []string {
-	var out []string
 	s := foldNFC(text)
-	start := -1
-	var prev rune
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case isIdeo(r):
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-			out = append(out, s[i:i+n])
-		case isWordRune(r):
-			if start < 0 {
-				start = i
-			}
-		case start >= 0 && isMid(r, prev, s[i+n:]):
-		case start >= 0 && isFormat(r):
-		default:
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-		}
-		prev = r
-		i += n
+	segs, types, _, err := segment.SegmentWordsDirect([]byte(s), nil, nil)
+	if err != nil {
+		panic(fmt.Sprintf("segmenting %q: %v", s, err))
 	}
-	if start >= 0 {
-		out = append(out, s[start:])
+	var out []string
+	for i, seg := range segs {
+		if types[i] != segment.None {
+			out = append(out, string(seg))
+		}
 	}
 	return out
 }
 
-func TestTokenizeASCIIFastPath(t *testing.T) {
-	pieces := []string{"a", "Z", "7", "_", " ", "'", ".", ":", ",", ";", "-", "!", "é", "ß", "東", "\u200d", "\u00ad", "’", "٣", "x1", "A.B", "3,4", "\t"}
+// TestTokenizeMatchesSegmenter holds Tokenize, which segments ASCII pieces
+// itself and cuts at white space, to the segmenter's words on the whole
+// text.
+func TestTokenizeMatchesSegmenter(t *testing.T) {
+	pieces := []string{"a", "Z", "7", "_", " ", "'", ".", ":", ",", ";", "-", "!", "é", "ß", "東", "\u200d", "\u00ad", "’", "٣", "x1", "A.B", "3,4", "\t", "\n", "\r", "\u0301", "タ", "🙂", "\u00a0", "\u3000"}
 	rng := rand.New(rand.NewPCG(5, 5))
 	for range 20000 {
 		var b strings.Builder
@@ -284,4 +269,81 @@ func TestSearchSeesAcknowledgedWrites(t *testing.T) {
 		t.Fatalf("get waiting on badger ignored its context: %v", err)
 	}
 	s.ackedSeq.Add(^uint64(999))
+}
+
+// TestSearchFindsInflectionsAndQuestions: stemming lets a query find other
+// forms of its words, and stop words neither match nor dilute.
+func TestSearchFindsInflectionsAndQuestions(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	defer s.Close()
+	release := mkEntry("release", testBase, "release plan drafted")
+	ship := mkEntry("ship", testBase+1, "ship friday")
+	// Stop words only: a question's filler must not find this.
+	filler := mkEntry("filler", testBase+2, "what did we do about it, and then what?")
+	noise := mkEntry("noise", testBase+3, "lunch order for the team")
+	if _, err := s.PutMany(context.Background(), itemsOf([]Entry{release, ship, filler, noise})); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ q, want string }{
+		{"releases", release.Key},
+		{"shipping", ship.Key},
+		{"what did we decide about the release?", release.Key},
+		{"Melanie's drafts", release.Key}, // possessive stripped, "drafts" → "draft"
+	} {
+		got := searchKeys(t, s, c.q, SearchOptions{})
+		if len(got) == 0 || got[0] != c.want {
+			t.Errorf("Search(%q) = %v, want %s first", c.q, got, c.want)
+		}
+		if slices.Contains(got, filler.Key) {
+			t.Errorf("Search(%q) found the stop-word-only record: %v", c.q, got)
+		}
+	}
+}
+
+// TestRelevanceIsStable: Relevance lies in [0,1], agrees with Search's, does
+// not depend on which other records matched, and falls as the query asks
+// for more than the record holds.
+func TestRelevanceIsStable(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	var es []Entry
+	for i := range 30 {
+		es = append(es, mkEntry(fmt.Sprintf("f%d", i), testBase+int64(i), fmt.Sprintf("filler text number %d", i)))
+	}
+	both := mkEntry("both", testBase+100, "garden tomatoes ripening")
+	half := mkEntry("half", testBase+101, "garden hose")
+	es = append(es, both, half)
+	if _, err := s.PutMany(ctx, itemsOf(es)); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := s.Search(ctx, "garden tomatoes", SearchOptions{})
+	if err != nil || len(hits) != 2 {
+		t.Fatalf("hits %+v, %v", hits, err)
+	}
+	rel, err := s.Relevance(ctx, "garden tomatoes", []string{both.Key, half.Key, es[0].Key, "cmb1-nosuch"}, SearchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rel) != 2 {
+		t.Fatalf("relevance of non-matching keys reported: %v", rel)
+	}
+	for _, h := range hits {
+		if h.Relevance <= 0 || h.Relevance > 1 || math.Abs(h.Relevance-rel[h.Key]) > 1e-12 {
+			t.Fatalf("hit %s relevance %v, Relevance %v", h.Key, h.Relevance, rel[h.Key])
+		}
+	}
+	if rel[both.Key] <= rel[half.Key] {
+		t.Fatalf("record with both terms %v not above one with one %v", rel[both.Key], rel[half.Key])
+	}
+	// The limit (which hits come back) does not move the scale.
+	one, _ := s.Search(ctx, "garden tomatoes", SearchOptions{Limit: 1})
+	if len(one) != 1 || one[0].Relevance != hits[0].Relevance {
+		t.Fatalf("limit 1 relevance %+v, full %+v", one, hits[0])
+	}
+	// A query word no record holds lowers every record's share.
+	more, _ := s.Relevance(ctx, "garden tomatoes zucchini", []string{both.Key}, SearchOptions{})
+	if more[both.Key] >= rel[both.Key] {
+		t.Fatalf("an unmatched query word did not lower relevance: %v >= %v", more[both.Key], rel[both.Key])
+	}
 }

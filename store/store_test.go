@@ -558,7 +558,7 @@ func TestCheckReportsDisagreement(t *testing.T) {
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	s.idx.add(testKey("phantom"), testBase, "g1", analyze([NumFields]string{"phantom"}))
+	s.idx.add(testKey("phantom"), testBase, "g1", s.idx.analyze([NumFields]string{"phantom"}))
 	s.order.add(testKey("ghost"), testBase+99, "g9", "author-g")
 	err := s.Check(ctx)
 	var ce *CheckError

@@ -224,14 +224,16 @@ func (x *textIndex) addTexts(key string, at int64, group string, texts [NumField
 		if t != neutralText {
 			// The protocol's placeholder for an unfilled field says nothing
 			// about the record (as in analyze).
-			rt.toks = appendTokens(rt.toks, t)
+			n := len(rt.toks)
+			all := appendTokens(rt.toks, t)
+			rt.toks = all[:n+len(x.termer.terms(all[n:]))]
 		}
 		rt.ends[f] = int32(len(rt.toks))
 	}
 	x.mu.Lock()
 	x.addTokensLocked(key, at, group, rt)
 	x.mu.Unlock()
-	clear(rt.toks) // they point into the record's texts
+	clear(rt.toks[:cap(rt.toks)]) // they point into the record's texts, stop words too
 	tokenBufs.Put(rt)
 }
 

@@ -28,6 +28,9 @@ type textIndex struct {
 	live     int
 	totalLen [NumFields]int64
 
+	// termer makes the terms of records and queries alike (tokenize.go).
+	termer termer
+
 	scratch sync.Pool // *scoreScratch
 	// yield, if set, is called every few tens of µs of a merge, so that
 	// the store's writers get a P in time (runtime.Gosched there; nil in
@@ -371,8 +374,17 @@ type Hit struct {
 	CreatedAt int64
 	Group     string
 	Score     float64 // Text + Recency
-	Text      float64
+	Text      float64 // BM25, summed over the fields
 	Recency   float64
+	// Relevance is Text on a fixed scale, in [0,1]: Text divided by the
+	// most the query's terms could score, each at BM25's saturation (its
+	// idf × (k1+1)) in its best-weighted field, capped at 1. Terms found
+	// in no record count with the idf of a term found once, so 0.5 means
+	// about half the query's idf-weighted evidence is in the record,
+	// whatever else matched. It depends on the query and the store's
+	// statistics, not on the other hits: a threshold means the same from
+	// one query to the next.
+	Relevance float64
 }
 
 // Search ranks records against query with per-field BM25 plus recency.
@@ -383,6 +395,24 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	normalizeSearch(&o)
+	asOf := o.AsOf
+	if asOf.IsZero() {
+		asOf = s.opts.Now()
+	}
+	qterms := uniq(s.idx.termer.terms(Tokenize(query)))
+	if len(qterms) == 0 {
+		return nil, nil
+	}
+	// Every write acknowledged before this search must be findable.
+	if err := s.waitIndexed(ctx); err != nil {
+		return nil, err
+	}
+	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
+}
+
+// normalizeSearch gives o's unset settings their defaults.
+func normalizeSearch(o *SearchOptions) {
 	opt.Default(&o.Limit, 10)
 	if o.FieldWeights == ([NumFields]float64{}) {
 		for i := range o.FieldWeights {
@@ -401,19 +431,28 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if o.B <= 0 || o.B > 1 {
 		o.B = 0.75
 	}
-	asOf := o.AsOf
-	if asOf.IsZero() {
-		asOf = s.opts.Now()
+}
+
+// Relevance is Hit.Relevance of each of keys for query, as Search with o
+// would compute it (o's Limit, recency and AsOf do not matter); keys not
+// indexed, or matching no term, are absent. It serves rankers that
+// weigh records Search did not return, such as a hit's lineage neighbours.
+func (s *Store) Relevance(ctx context.Context, query string, keys []string, o SearchOptions) (map[string]float64, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
 	}
-	qterms := uniq(Tokenize(query))
-	if len(qterms) == 0 {
-		return nil, nil
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	// Every write acknowledged before this search must be findable.
+	normalizeSearch(&o)
+	qterms := uniq(s.idx.termer.terms(Tokenize(query)))
+	if len(qterms) == 0 || len(keys) == 0 {
+		return map[string]float64{}, nil
+	}
 	if err := s.waitIndexed(ctx); err != nil {
 		return nil, err
 	}
-	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
+	return s.idx.relevance(qterms, keys, o), nil
 }
 
 func uniq(in []string) []string {
@@ -429,23 +468,132 @@ func uniq(in []string) []string {
 }
 
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
+	var hits []Hit
+	x.readMerged(func() { hits = x.searchLocked(qterms, o, asOfMs, hideLater) })
+	return hits
+}
+
+// readMerged runs fn under the index's lock with the delta merged.
+// Postings still in the delta go to the index first. Searches share the
+// index; should the indexer keep adding between a merge and the read
+// lock, fn runs under the write lock rather than wait on.
+func (x *textIndex) readMerged(fn func()) {
 	x.mu.RLock()
-	// Postings still in the delta go to the index first. Searches share
-	// the index; should the indexer keep adding between a merge and the
-	// read lock, the search runs under the write lock rather than wait on.
 	for try := 0; !x.delta.empty(); try++ {
 		x.mu.RUnlock()
 		x.mu.Lock()
 		x.mergeLocked()
 		if try == 1 {
 			defer x.mu.Unlock()
-			return x.searchLocked(qterms, o, asOfMs, hideLater)
+			fn()
+			return
 		}
 		x.mu.Unlock()
 		x.mu.RLock()
 	}
 	defer x.mu.RUnlock()
-	return x.searchLocked(qterms, o, asOfMs, hideLater)
+	fn()
+}
+
+// queryTerm is one query term's posting list and weights.
+type queryTerm struct {
+	post []uint64
+	wi   [NumFields]float64 // field weight × idf
+	ub   float64            // most one document can gain from this term
+}
+
+// queryTerms looks up the query's terms and returns those found, and the
+// most the query could score (the divisor of Hit.Relevance). The caller
+// holds the lock, with the delta merged.
+func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	n := float64(x.live)
+	k1 := o.K1
+	maxW := 0.0
+	for _, w := range o.FieldWeights {
+		maxW = max(maxW, w)
+	}
+	idf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	for _, t := range qterms {
+		pl := x.terms.get(t, termHash(t))
+		if pl == nil {
+			// Found nowhere: as rare as a term found once.
+			attainable += maxW * idf(1) * (k1 + 1)
+			continue
+		}
+		q := queryTerm{post: pl.post}
+		best := 0.0
+		for f := range q.wi {
+			if pl.df[f] == 0 {
+				continue
+			}
+			q.wi[f] = o.FieldWeights[f] * idf(float64(pl.df[f]))
+			q.ub += q.wi[f] * (k1 + 1)
+			best = max(best, q.wi[f])
+		}
+		attainable += best * (k1 + 1)
+		if q.ub > 0 {
+			qs = append(qs, q)
+		}
+	}
+	return qs, attainable
+}
+
+// bm25Part is BM25's term-frequency factor of one posting; score = wi·part.
+func bm25Part(k1, b, norm float64, tf, fl uint32) float64 {
+	t := float64(tf)
+	return t * (k1 + 1) / (t + k1*(1-b) + norm*float64(fl))
+}
+
+// lengthNorms are BM25's per-field length factors, k1·b/avgdl. The caller
+// holds the lock.
+func (x *textIndex) lengthNorms(o SearchOptions) (norm [NumFields]float64) {
+	n := float64(x.live)
+	for f := range norm {
+		avg := float64(x.totalLen[f]) / n
+		if avg == 0 {
+			avg = 1
+		}
+		norm[f] = o.K1 * o.B / avg
+	}
+	return norm
+}
+
+// relevance is Store.Relevance over the index.
+func (x *textIndex) relevance(qterms []string, keys []string, o SearchOptions) map[string]float64 {
+	out := make(map[string]float64, len(keys))
+	x.readMerged(func() {
+		if x.live == 0 {
+			return
+		}
+		qs, attainable := x.queryTerms(qterms, o)
+		if attainable == 0 {
+			return
+		}
+		norm := x.lengthNorms(o)
+		for _, k := range keys {
+			id, ok := x.byKey[k]
+			if !ok || !x.docs[id].alive {
+				continue
+			}
+			var score float64
+			for i := range qs {
+				q := &qs[i]
+				j, _ := slices.BinarySearchFunc(q.post, id, func(p uint64, id uint32) int {
+					return cmp.Compare(uint32(p>>32), id)
+				})
+				for ; j < len(q.post) && uint32(q.post[j]>>32) == id; j++ {
+					p := q.post[j]
+					if f := (p >> 29) & 7; q.wi[f] != 0 {
+						score += q.wi[f] * bm25Part(o.K1, o.B, norm[f], uint32(p>>17)&tfMax, uint32(p)&lenMax)
+					}
+				}
+			}
+			if score > 0 {
+				out[k] = min(score/attainable, 1)
+			}
+		}
+	})
+	return out
 }
 
 // searchLocked runs a search; the delta must be empty.
@@ -465,14 +613,6 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		x.scratch.Put(sc)
 	}()
 
-	n := float64(x.live)
-	var avg [NumFields]float64
-	for f := range avg {
-		avg[f] = float64(x.totalLen[f]) / n
-		if avg[f] == 0 {
-			avg[f] = 1
-		}
-	}
 	var gname string
 	filterGroup := o.Group != ""
 	if filterGroup {
@@ -505,41 +645,12 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// the current k-th best, they only add to documents already found,
 	// which costs a galloping search per candidate instead of a pass over
 	// a list that may hold most of the corpus.
-	var norm [NumFields]float64
-	for f := range norm {
-		norm[f] = k1 * b / avg[f]
-	}
+	norm := x.lengthNorms(o)
 	// part is BM25's term-frequency factor of one posting; score = wi·part.
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
-	part := func(f int, tf, fl uint32) float64 {
-		t := float64(tf)
-		return t * (k1 + 1) / (t + k1*(1-b) + norm[f]*float64(fl))
-	}
-	type qterm struct {
-		post []uint64
-		wi   [NumFields]float64 // field weight × idf
-		ub   float64            // most one document can gain from this term
-	}
-	var qs []qterm
-	for _, t := range qterms {
-		pl := x.terms.get(t, termHash(t))
-		if pl == nil {
-			continue
-		}
-		q := qterm{post: pl.post}
-		for f := range q.wi {
-			if pl.df[f] == 0 {
-				continue
-			}
-			df := float64(pl.df[f])
-			q.wi[f] = o.FieldWeights[f] * math.Log(1+(n-df+0.5)/(df+0.5))
-			q.ub += q.wi[f] * (k1 + 1)
-		}
-		if q.ub > 0 {
-			qs = append(qs, q)
-		}
-	}
+	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
+	qs, attainable := x.queryTerms(qterms, o)
 	sort.Slice(qs, func(i, j int) bool { return qs[i].ub > qs[j].ub })
 	rest := make([]float64, len(qs)+1)
 	for i := len(qs) - 1; i >= 0; i-- {
@@ -655,6 +766,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		d := &x.docs[id]
 		hit := Hit{Key: d.key, CreatedAt: d.at, Group: d.group, Text: sc.score[id], Recency: recency(id)}
 		hit.Score = hit.Text + hit.Recency
+		hit.Relevance = min(hit.Text/attainable, 1)
 		if len(h) < o.Limit {
 			heap.Push(&h, hit)
 		} else if better(hit, h[0]) {
@@ -759,3 +871,6 @@ func (x *textIndex) snapshotList(pl *postingList) map[string]struct{} {
 	}
 	return set
 }
+
+// analyze is analyze with the index's termer.
+func (x *textIndex) analyze(texts [NumFields]string) docTerms { return analyze(&x.termer, texts) }

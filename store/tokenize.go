@@ -4,34 +4,35 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"sync"
-	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
+	"github.com/blevesearch/segment"
+	"github.com/kljensen/snowball/english"
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
 
-// Tokenize turns text into search terms: case-folded (full Unicode folding),
-// NFC-normalised, split on Unicode word boundaries. The segmentation follows
-// the word rules of UAX #29 that matter for search, without a dictionary:
-//   - runs of letters, marks, digits and connector punctuation form a word;
-//   - an apostrophe, middle dot, colon or full stop between two letters, and
-//     a comma, full stop or semicolon between two digits, stay inside it
-//     ("can't", "3.14", "1,000");
-//   - Han, Hiragana and other scripts written without spaces yield one term
-//     per character, as UAX #29 breaks between ideographs;
-//   - everything else (space, punctuation, symbols, emoji) separates words.
+// Tokenize turns text into words: case-folded (full Unicode folding),
+// NFC-normalised, and segmented by the word rules of UAX #29 as
+// github.com/blevesearch/segment implements them: its letter, number, kana
+// and ideograph segments are the words (so "can't", "3.14" and "1,000" stay
+// whole, ideographs come one by one), everything else (space, punctuation,
+// symbols, emoji) separates them. Index terms are made from these words by
+// a termer (stop words dropped, the rest stemmed).
 func Tokenize(text string) []string {
 	return appendTokens(nil, text)
 }
 
-// Byte classes for tokenising ASCII without decoding or table lookups.
+// Byte classes for segmenting ASCII without the segmenter's state machine.
 const (
-	asciiSep  = iota // separates words
-	asciiWord        // letter, digit or underscore
-	asciiMid         // ' . : , ; — inside a word between two letters or digits
-	nonASCII         // starts or continues a multi-byte rune
+	asciiSep   = iota // separates words
+	asciiWord         // letter, digit or underscore
+	asciiMid          // ' . : , ; — inside a word between two letters or digits
+	asciiSpace        // white space: a word boundary in every script (UAX #29 WB3a/b, WB999)
+	nonASCII          // starts or continues a multi-byte rune
 )
 
 var byteClass = func() (t [256]uint8) {
@@ -43,71 +44,78 @@ var byteClass = func() (t [256]uint8) {
 			t[c] = asciiWord
 		case c == '\'' || c == '.' || c == ':' || c == ',' || c == ';':
 			t[c] = asciiMid
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			t[c] = asciiSpace
 		}
 	}
 	return t
 }()
 
-// appendTokens appends the terms of text (see Tokenize) to dst.
+// appendTokens appends the words of text (see Tokenize) to dst.
+//
+// The folded text is cut at ASCII white space, which UAX #29 never joins
+// to a word. A piece that is all ASCII is segmented here, by the rules the
+// segmenter applies to ASCII (WB5-WB13b: letters, digits and "_" join; ' . :
+// join letters, ' . , ; join digits); any other piece goes to the segmenter.
+// TestTokenizeMatchesSegmenter holds the two to the same words: the fast
+// path only spares the segmenter's cost (about 20 µs per KB) on the text
+// most records carry.
 func appendTokens(dst []string, text string) []string {
 	if text == "" {
 		return dst
 	}
 	s := foldNFC(text)
-	start := -1
-	var prev rune
 	for i := 0; i < len(s); {
-		// ASCII: the same decisions as below without decoding, table
-		// lookups or the checks that only non-ASCII runes can pass.
-		switch c := s[i]; byteClass[c] {
+		for i < len(s) && byteClass[s[i]] == asciiSpace {
+			i++
+		}
+		j, ascii := i, true
+		for j < len(s) && byteClass[s[j]] != asciiSpace {
+			ascii = ascii && s[j] < utf8.RuneSelf
+			j++
+		}
+		if i == j {
+			break
+		}
+		if ascii {
+			dst = appendASCIIWords(dst, s[i:j])
+		} else {
+			dst = appendSegmented(dst, s[i:j])
+		}
+		i = j
+	}
+	return dst
+}
+
+// appendASCIIWords segments s, ASCII without white space, as the
+// segmenter would.
+func appendASCIIWords(dst []string, s string) []string {
+	start := -1
+	var prev byte
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch byteClass[c] {
 		case asciiWord:
 			if start < 0 {
 				start = i
 			}
 			for i++; i < len(s) && byteClass[s[i]] == asciiWord; i++ {
 			}
-			prev = rune(s[i-1])
+			prev = s[i-1]
 			continue
 		case asciiMid:
-			if start >= 0 && isMidASCII(c, prev, s[i+1:]) {
-				prev = rune(c)
+			if start >= 0 && i+1 < len(s) && midASCII(c, prev, s[i+1]) {
+				prev = c
 				i++
 				continue
 			}
-			fallthrough
-		case asciiSep:
-			if start >= 0 {
-				dst = append(dst, s[start:i])
-				start = -1
-			}
-			prev = rune(c)
-			i++
-			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case isIdeo(r):
-			if start >= 0 {
-				dst = append(dst, s[start:i])
-				start = -1
-			}
-			dst = append(dst, s[i:i+n])
-		case isWordRune(r):
-			if start < 0 {
-				start = i
-			}
-		case start >= 0 && isMid(r, prev, s[i+n:]):
-			// stays inside the word; the next rune continues it
-		case start >= 0 && isFormat(r):
-			// joiners and format controls never split a word
-		default:
-			if start >= 0 {
-				dst = append(dst, s[start:i])
-				start = -1
-			}
+		if start >= 0 {
+			dst = append(dst, s[start:i])
+			start = -1
 		}
-		prev = r
-		i += n
+		prev = c
+		i++
 	}
 	if start >= 0 {
 		dst = append(dst, s[start:])
@@ -115,13 +123,9 @@ func appendTokens(dst []string, text string) []string {
 	return dst
 }
 
-// isMidASCII is isMid for an ASCII r; it decides without decoding when prev
-// and the byte after r are ASCII too.
-func isMidASCII(c byte, prev rune, rest string) bool {
-	if len(rest) == 0 || prev >= utf8.RuneSelf || rest[0] >= utf8.RuneSelf {
-		return isMid(rune(c), prev, rest)
-	}
-	p, n := byte(prev), rest[0]
+// midASCII reports whether c, between word bytes p and n, stays inside the
+// word (UAX #29 WB6/7 for letters, WB11/12 for digits).
+func midASCII(c, p, n byte) bool {
 	switch c {
 	case '\'', '.', ':':
 		if isASCIILetter(p) && isASCIILetter(n) {
@@ -138,6 +142,28 @@ func isMidASCII(c byte, prev rune, rest string) bool {
 }
 
 func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+// appendSegmented appends the words the segmenter finds in s. Its segments
+// are slices of the bytes it is given, which here are s's own, so each word
+// is a substring of s: no copy.
+func appendSegmented(dst []string, s string) []string {
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	segs, types, _, err := segment.SegmentWordsDirect(b, nil, nil)
+	if err != nil {
+		// The segmenter reports an error only for input it cannot
+		// advance over, which valid UTF-8 from foldNFC never is; take the
+		// words found so far rather than none.
+		segs = segs[:min(len(segs), len(types))]
+	}
+	for k, seg := range segs {
+		if types[k] == segment.None || len(seg) == 0 {
+			continue
+		}
+		off := cap(b) - cap(seg)
+		dst = append(dst, s[off:off+len(seg)])
+	}
+	return dst
+}
 
 // foldNFC case-folds and NFC-normalises. ASCII, the common case, needs
 // neither tables nor allocation beyond the lowered copy.
@@ -185,47 +211,85 @@ func foldNFC(text string) string {
 	return norm.NFC.String(cases.Fold().String(text))
 }
 
-func isWordRune(r rune) bool {
-	if r < utf8.RuneSelf {
-		return 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || 'A' <= r && r <= 'Z' || r == '_'
-	}
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) ||
-		unicode.Is(unicode.Mc, r) || unicode.Is(unicode.Me, r) || unicode.Is(unicode.Nl, r) ||
-		unicode.Is(unicode.No, r) || unicode.Is(unicode.Pc, r)
+// termer makes index terms from words (Tokenize): English stop words are
+// dropped and the rest stemmed, both by github.com/kljensen/snowball (its
+// English stop-word list and the Snowball English stemmer, whose step 0
+// strips possessives: "melanie's" and "melanie" are one term, as are
+// "releases" and "release", "shipping" and "ship"). Records and queries
+// go through the same termer, so a query term matches exactly the postings
+// its word's stem was indexed under.
+//
+// The stemmer allocates and takes ~230 ns a word, several times what
+// indexing a posting costs; text repeats its words, so stems are cached,
+// in two generations (when the current one fills it becomes the old one,
+// and words found there move back), which bounds the cache whatever the
+// vocabulary. A cache hit costs a map lookup. The cache only ever maps a
+// word to its stem, so what is in it never changes a term.
+type termer struct {
+	mu       sync.Mutex
+	cur, old map[string]string // word → stem; "" for a stop word
 }
 
-func isIdeo(r rune) bool {
-	if r < 0x0e00 {
-		return false
+// termCacheSize is each generation's bound: a few MB at most, past the
+// working vocabulary of most stores.
+const termCacheSize = 1 << 15
+
+// terms rewrites words in place into their terms, dropping stop words, and
+// returns the terms (a prefix of words). A nil termer stems without a cache.
+func (tm *termer) terms(words []string) []string {
+	out := words[:0]
+	if tm == nil {
+		for _, w := range words {
+			if t := stemWord(w); t != "" {
+				out = append(out, t)
+			}
+		}
+		return out
 	}
-	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
-		unicode.Is(unicode.Thai, r) || unicode.Is(unicode.Lao, r) || unicode.Is(unicode.Khmer, r) ||
-		unicode.Is(unicode.Myanmar, r)
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, w := range words {
+		t, ok := tm.cur[w]
+		if !ok {
+			if t, ok = tm.old[w]; !ok {
+				t = stemWord(w)
+			}
+			tm.putLocked(w, t)
+		}
+		if t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
-func isFormat(r rune) bool { return r >= 0xad && unicode.Is(unicode.Cf, r) }
+func (tm *termer) putLocked(w, t string) {
+	if tm.cur == nil || len(tm.cur) >= termCacheSize {
+		tm.old, tm.cur = tm.cur, make(map[string]string, 1024)
+	}
+	// Words are substrings of a record's text: the key is copied so that
+	// the cache does not keep whole texts alive. A stem equal to its word
+	// shares the copy.
+	w = strings.Clone(w)
+	if t != "" && t == w {
+		t = w
+	} else {
+		t = strings.Clone(t)
+	}
+	tm.cur[w] = t
+}
 
-// isMid reports whether r, found after prev inside a word, joins prev to the
-// rune that follows it (UAX #29 WB6/7 and WB11/12).
-func isMid(r, prev rune, rest string) bool {
-	next, n := utf8.DecodeRuneInString(rest)
-	if n == 0 {
-		return false
+// stemWord is w's term, or "" if w is a stop word (before or after
+// stemming: "it's" stems to the stop word "it").
+func stemWord(w string) string {
+	if english.IsStopWord(w) {
+		return ""
 	}
-	letter := func(c rune) bool { return unicode.IsLetter(c) && !isIdeo(c) }
-	switch r {
-	case '\'', '\u2019', '.', '\u00b7', ':', '\u2027', '\ufe13', '\ufe55', '\uff1a', '\uff07', '\uff0e', '\u2018', '\u2024', '\ufe52':
-		if letter(prev) && letter(next) {
-			return true
-		}
+	t := english.Stem(w, false)
+	if t != w && english.IsStopWord(t) {
+		return ""
 	}
-	switch r {
-	case ',', '.', ';', '\'', '\u037e', '\u066c', '\ufe50', '\ufe54', '\uff0c', '\uff1b', '\u2019', '\u2018', '\u2024', '\ufe52', '\uff07', '\uff0e':
-		if unicode.IsDigit(prev) && unicode.IsDigit(next) {
-			return true
-		}
-	}
-	return false
+	return t
 }
 
 // docTerms is one record's contribution to the text index.
@@ -267,7 +331,8 @@ var analyzers = sync.Pool{New: func() any {
 	return &analyzer{slots: make([]uint32, analyzerSlots)}
 }}
 
-func analyze(texts [NumFields]string) docTerms {
+// analyze turns a record's texts into its index terms, through tm.
+func analyze(tm *termer, texts [NumFields]string) docTerms {
 	var d docTerms
 	a := analyzers.Get().(*analyzer)
 	for f, t := range texts {
@@ -276,7 +341,7 @@ func analyze(texts [NumFields]string) docTerms {
 			// about the record and would only dilute the field's statistics.
 			continue
 		}
-		a.toks = appendTokens(a.toks[:0], t)
+		a.toks = tm.terms(appendTokens(a.toks[:0], t))
 		d.lens[f] = uint32(len(a.toks))
 		for _, tok := range a.toks {
 			a.count(tok, f)

@@ -52,7 +52,7 @@ func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
 			marked[i] = true
 			return func() {
 				s.order.remove(key, s.orderAt(&rec), rec.Group, rec.CreatedBy)
-				s.idx.remove([]string{key}, []docTerms{analyze(rec.Texts)})
+				s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
 			}, nil
 		}))
 	}

@@ -75,7 +75,9 @@ func TestCLIAgainstADaemon(t *testing.T) {
 			Score float64 `json:"score"`
 		} `json:"results"`
 	}
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rec) != nil || len(rec.Results) != 1 || rec.Results[0].Key != child {
+	// The parent does not say "monday": it follows its child, on the
+	// child's evidence (a thread is the unit of a conversation).
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rec) != nil || len(rec.Results) != 2 || rec.Results[0].Key != child || rec.Results[1].Key != parent {
 		t.Fatalf("recall --json: %+v", r)
 	}
 	if r = call("recall", "zebra"); r.code != 0 || !strings.Contains(r.stdout, "no matches") {
@@ -138,6 +140,68 @@ func TestCLIAgainstADaemon(t *testing.T) {
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: want exit %d and one line with %q, got %+v", c.args, c.code, c.want, r)
 		}
+	}
+}
+
+// TestCLIRecallFindsWhatWasMeant: recall finds other forms of a query's
+// words and answers a question in plain words, through a real daemon.
+func TestCLIRecallFindsWhatWasMeant(t *testing.T) {
+	home := t.TempDir()
+	startDaemon(t, home)
+	h := []string{"--home", home}
+	call := func(args ...string) result {
+		t.Helper()
+		return bin(t, "", append(args, h...)...)
+	}
+	keys := map[string]string{}
+	for _, focus := range []string{"release plan drafted", "ship friday", "lunch order for the team", "the printer jammed again", "what a week it was"} {
+		r := call("remember", "--focus", focus)
+		if r.code != 0 {
+			t.Fatalf("remember %q: %+v", focus, r)
+		}
+		keys[focus] = strings.TrimSpace(r.stdout)
+	}
+	type hits struct {
+		Results []struct {
+			Key   string  `json:"key"`
+			Score float64 `json:"score"`
+		} `json:"results"`
+	}
+	for _, c := range []struct{ query, want string }{
+		{"releases", "release plan drafted"},
+		{"shipping", "ship friday"},
+		{"what did we decide about the release?", "release plan drafted"},
+	} {
+		r := call("recall", "--json", c.query)
+		var got hits
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil || len(got.Results) == 0 || got.Results[0].Key != keys[c.want] {
+			t.Errorf("recall %q: want %q (%s) first, got %+v", c.query, c.want, keys[c.want], r)
+			continue
+		}
+		if s := got.Results[0].Score; s <= 0 || s > 1 {
+			t.Errorf("recall %q: score %v is not in (0,1]", c.query, s)
+		}
+		// Stop words alone find nothing: "what a week it was" is not an answer.
+		for _, h := range got.Results {
+			if h.Key == keys["what a week it was"] {
+				t.Errorf("recall %q found the stop-word-only memory: %+v", c.query, got)
+			}
+		}
+	}
+	r := call("recall", "--json", "releases")
+	var all hits
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &all) != nil || len(all.Results) == 0 {
+		t.Fatalf("recall releases: %+v", r)
+	}
+	top := all.Results[0].Score
+	if r := call("recall", "--min-score", strconv.FormatFloat(top+0.01, 'f', 3, 64), "releases"); r.code != 0 || !strings.Contains(r.stdout, "no matches") {
+		t.Errorf("recall --min-score above the best score: %+v", r)
+	}
+	if r := call("recall", "--min-score", strconv.FormatFloat(top-0.01, 'f', 3, 64), "releases"); r.code != 0 || !strings.Contains(r.stdout, keys["release plan drafted"]) {
+		t.Errorf("recall --min-score below the best score: %+v", r)
+	}
+	if r := call("recall", "--min-score", "2", "releases"); r.code != 2 || !strings.Contains(r.stderr, "--min-score") {
+		t.Errorf("recall --min-score 2: %+v", r)
 	}
 }
 

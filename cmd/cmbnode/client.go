@@ -284,9 +284,10 @@ func cmdRemember(e *env, args []string) error {
 }
 
 func cmdRecall(e *env, args []string) error {
-	fs := newFlags(e, "recall", "recall [--limit N] [--home DIR] [--json] QUERY")
+	fs := newFlags(e, "recall", "recall [--limit N] [--min-score S] [--home DIR] [--json] QUERY")
 	home, asJSON := clientFlags(fs)
 	limit := fs.Int("limit", 10, "at most this many results (1–1000)")
+	minScore := fs.Float64("min-score", 0, "leave out results scoring below this (0–1; docs/recall.md)")
 	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
@@ -298,12 +299,19 @@ func cmdRecall(e *env, args []string) error {
 	if *limit < 1 || *limit > 1000 {
 		return usagef("--limit must be between 1 and 1000")
 	}
+	if !(*minScore >= 0 && *minScore <= 1) {
+		return usagef("--min-score must be between 0 and 1")
+	}
 	s, done, err := connect(e, *home)
 	if err != nil {
 		return err
 	}
 	defer done()
-	raw, err := s.c.Call(s.ctx, ipc.TypeRecall, map[string]any{"query": query, "limit": *limit})
+	req := map[string]any{"query": query, "limit": *limit}
+	if *minScore > 0 {
+		req["min_score"] = *minScore
+	}
+	raw, err := s.c.Call(s.ctx, ipc.TypeRecall, req)
 	if err != nil {
 		return daemonErr(err)
 	}

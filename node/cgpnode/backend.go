@@ -25,10 +25,11 @@ var _ cgp.Backend = (*Backend)(nil)
 // NewBackend returns n's records as a cgp.Backend.
 func NewBackend(n *node.Node) *Backend { return &Backend{n: n} }
 
-// Search ranks with the store's BM25 and maps the result onto the engine's
-// [0,1] score: text relevance relative to the best hit, blended with recency
-// relative to the newest record held (cgp.RankScore), so a query's ranking
-// does not drift with the wall clock.
+// Search ranks as recall does (node.SearchText: text relevance with lineage
+// neighbours' evidence, already on a fixed [0,1] scale) and maps it onto the
+// engine's [0,1] score by blending in recency relative to the newest record
+// held (cgp.RankScore), so a query's ranking does not drift with the wall
+// clock, and a hit's score does not depend on which other records matched.
 func (b *Backend) Search(ctx context.Context, text string, opts cgp.SearchOptions) (cgp.SearchResult, error) {
 	limit := max(opts.Limit, 1)
 	var asOf time.Time
@@ -49,20 +50,12 @@ func (b *Backend) Search(ctx context.Context, text string, opts cgp.SearchOption
 	if len(hits) == 0 {
 		return res, nil
 	}
-	var best float64
-	for _, h := range hits {
-		best = max(best, h.Relevance)
-	}
 	newest, err := b.n.Newest(ctx)
 	if err != nil {
 		return cgp.SearchResult{}, err
 	}
 	for _, h := range hits {
-		rel := 0.0
-		if best > 0 {
-			rel = h.Relevance / best
-		}
-		res.Hits = append(res.Hits, cgp.Hit{Key: h.Key, Score: cgp.RankScore(rel, h.CreatedAt, newest)})
+		res.Hits = append(res.Hits, cgp.Hit{Key: h.Key, Score: cgp.RankScore(h.Relevance, h.CreatedAt, newest)})
 	}
 	return res, nil
 }

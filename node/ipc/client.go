@@ -278,10 +278,19 @@ func (c *Client) Publish(ctx context.Context, rec json.RawMessage, publicKey str
 
 // Recall ranks stored records against query.
 func (c *Client) Recall(ctx context.Context, query string, limit int) ([]node.RecallHit, error) {
+	return c.RecallWith(ctx, query, node.RecallOptions{Limit: limit})
+}
+
+// RecallWith is Recall with a score threshold (min_score, left out at 0).
+func (c *Client) RecallWith(ctx context.Context, query string, o node.RecallOptions) ([]node.RecallHit, error) {
 	var r struct {
 		Results []node.RecallHit `json:"results"`
 	}
-	err := c.call(ctx, TypeRecall, map[string]any{"query": query, "limit": limit}, &r)
+	req := map[string]any{"query": query, "limit": o.Limit}
+	if o.MinScore != 0 {
+		req["min_score"] = o.MinScore
+	}
+	err := c.call(ctx, TypeRecall, req, &r)
 	return r.Results, err
 }
 

@@ -17,7 +17,7 @@ import (
 type Node interface {
 	Remember(ctx context.Context, in node.RememberInput) (node.Result, error)
 	Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicKey) (node.Result, error)
-	Recall(ctx context.Context, query string, limit int) ([]node.RecallHit, error)
+	RecallWith(ctx context.Context, query string, o node.RecallOptions) ([]node.RecallHit, error)
 	Get(ctx context.Context, key string) (*node.Stored, error)
 	Lineage(ctx context.Context, key string, depth int) (node.LineageResult, error)
 	ResolveKey(ctx context.Context, ref string) (string, error)
@@ -116,7 +116,14 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if limit < 0 {
 			return nil, Errorf(CodeBadRequest, "limit must not be negative")
 		}
-		hits, err := n.Recall(ctx, q, limit)
+		var minScore float64
+		if err := optional(m, "min_score", &minScore); err != nil {
+			return nil, err
+		}
+		if minScore < 0 || minScore > 1 {
+			return nil, Errorf(CodeBadRequest, "min_score must be between 0 and 1")
+		}
+		hits, err := n.RecallWith(ctx, q, node.RecallOptions{Limit: limit, MinScore: minScore})
 		if err != nil {
 			return nil, err
 		}

@@ -83,10 +83,24 @@ func TestRememberGetLineageRecall(t *testing.T) {
 	m = r.call(`{"type":"recall","query":"remix","limit":5}`)
 	wantResult(t, m, "recall")
 	res := m["results"].([]any)
-	if len(res) != 1 || res[0].(map[string]any)["key"] != child {
+	// The parent shares no word with the query: it comes second, on its
+	// child's evidence (lineage neighbours, node/rank.go).
+	if len(res) != 2 || res[0].(map[string]any)["key"] != child || res[1].(map[string]any)["key"] != parent {
 		t.Fatalf("recall remix: %v", m)
 	}
 	hit := res[0].(map[string]any)
+	childScore, parentScore := hit["score"].(float64), res[1].(map[string]any)["score"].(float64)
+	if !(childScore > parentScore && childScore <= 1 && parentScore > 0) {
+		t.Fatalf("scores child %v parent %v", childScore, parentScore)
+	}
+	m = r.call(fmt.Sprintf(`{"type":"recall","query":"remix","min_score":%v}`, (childScore+parentScore)/2))
+	if res := m["results"].([]any); len(res) != 1 || res[0].(map[string]any)["key"] != child {
+		t.Fatalf("recall with min_score between the two: %v", m)
+	}
+	m = r.call(`{"type":"recall","query":"remix","min_score":1.5}`)
+	if m["type"] != "error" || m["code"] != "bad_request" {
+		t.Fatalf("min_score 1.5: %v", m)
+	}
 	for _, k := range []string{"createdBy", "createdAt", "group", "fields", "score"} {
 		if _, ok := hit[k]; !ok {
 			t.Fatalf("recall hit lacks %s: %v", k, hit)

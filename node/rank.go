@@ -1,0 +1,173 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"cmbnode/lineage"
+	"cmbnode/lineage/walk"
+	"cmbnode/store"
+)
+
+// Ranking for Recall and SearchText (docs/recall.md).
+//
+// A record's relevance combines two pieces of evidence, both in [0,1]:
+//   - its own: store.Hit.Relevance, BM25 over its fields on the fixed scale
+//     the store defines (or, where a Retriever is configured, the larger of
+//     that and the Retriever's similarity);
+//   - its thread's: the best own relevance among its lineage neighbours,
+//     the records one hop away in walk.Thread (its parents and its
+//     children), the same thread the CGP episode frame tells. A
+//     conversation recorded turn by turn chains each turn to the one
+//     before, so the turn that holds an answer is found through the turn
+//     that asked the question, even when it shares no word with the query.
+//
+// relevance = (own + NeighbourWeight·neighbour) / (1 + NeighbourWeight),
+// so it stays in [0,1] and ranks as own + NeighbourWeight·neighbour.
+const (
+	// NeighbourWeight is how much of its best lineage neighbour's
+	// relevance a record takes.
+	NeighbourWeight = 0.5
+	// RecallRelevanceShare is relevance's share of a recall score; the
+	// rest is recency, 2^(−age/recallHalfLife): enough to order equally
+	// relevant records newest first, too little to lift an irrelevant one.
+	RecallRelevanceShare = 0.95
+	recallHalfLife       = 7 * 24 * time.Hour
+	// A recall looks at candidateFactor × limit text hits (at least
+	// minCandidates) and their neighbours: a record outside the text top
+	// limit may enter it through its neighbours' evidence.
+	candidateFactor = 3
+	minCandidates   = 30
+)
+
+// recallFieldWeights are the text fields' BM25 weights (store.FieldNames
+// order: focus, issue, intent, motivation, commitment, perspective, mood).
+// What a record is about (focus) weighs most; perspective, which often
+// repeats who speaks and when across many records, least.
+var recallFieldWeights = [store.NumFields]float64{1, 0.8, 0.8, 0.6, 0.8, 0.5, 0.4}
+
+// Retriever is a second source of evidence beside the text index, such as
+// a dense encoder's nearest neighbours. Retrieve returns up to limit held
+// records most similar to query, each with a similarity in [0,1] on a
+// fixed scale (comparable across queries, like store.Hit.Relevance),
+// leaving out records created after asOf. A record's own relevance is the
+// larger of its text relevance and its similarity; lineage then applies
+// to both alike.
+type Retriever interface {
+	Retrieve(ctx context.Context, query string, limit int, asOf time.Time) ([]Evidence, error)
+}
+
+// Evidence is one record a Retriever found.
+type Evidence struct {
+	Key        string
+	Similarity float64
+}
+
+// rankedKey is one candidate of a ranking.
+type rankedKey struct {
+	key       string
+	createdAt int64 // ms: the store's order time for text hits, createdAt for neighbours
+	relevance float64
+	score     float64 // what compare orders by
+}
+
+// compare orders by score, then newer first, then key, so that equal
+// scores rank the same way on every node.
+func (a rankedKey) compare(b rankedKey) int {
+	if c := cmp.Compare(b.score, a.score); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.createdAt, a.createdAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.key, b.key)
+}
+
+// rank returns the candidates for the best limit records for query as of
+// asOf, with their relevance, best first. It may return more than limit
+// (the candidates considered), and records that are quarantined or gone by
+// the time they are read: callers skip those.
+func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time) ([]rankedKey, error) {
+	m := min(max(candidateFactor*limit, minCandidates), MaxRecall)
+	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights}
+	hits, err := n.st.Search(ctx, query, so)
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
+	}
+	own := make(map[string]float64, len(hits))
+	at := make(map[string]int64, len(hits))
+	var seeds []string
+	for _, h := range hits {
+		own[h.Key], at[h.Key] = h.Relevance, h.CreatedAt
+		seeds = append(seeds, h.Key)
+	}
+	if n.retriever != nil {
+		ev, err := n.retriever.Retrieve(ctx, query, m, asOf)
+		if err != nil {
+			return nil, fmt.Errorf("retriever: %w", err)
+		}
+		for _, e := range ev {
+			if _, ok := own[e.Key]; !ok {
+				seeds = append(seeds, e.Key)
+			}
+			own[e.Key] = max(own[e.Key], min(max(e.Similarity, 0), 1))
+		}
+	}
+
+	// Each seed's thread neighbours, through the one lineage walk.
+	g := lineage.View(n.st)
+	adj := make(map[string][]string, len(seeds))
+	var unscored []string
+	for _, k := range seeds {
+		th, err := walk.Thread(ctx, g, k, walk.ThreadOptions{MaxDepth: 1, AsOf: &asOf})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue // gone since the search: it has no thread to lend
+		}
+		for _, v := range th {
+			if v.Key == k {
+				if _, ok := at[k]; !ok {
+					at[k] = v.CreatedAt.UnixMilli()
+				}
+				continue
+			}
+			adj[k] = append(adj[k], v.Key)
+			adj[v.Key] = append(adj[v.Key], k)
+			if _, ok := at[v.Key]; !ok {
+				at[v.Key] = v.CreatedAt.UnixMilli()
+				unscored = append(unscored, v.Key)
+			}
+		}
+	}
+	// Neighbours the search did not return have a text relevance too.
+	if len(unscored) > 0 {
+		rel, err := n.st.Relevance(ctx, query, unscored, so)
+		if err != nil {
+			return nil, fmt.Errorf("search: %w", err)
+		}
+		for k, r := range rel {
+			own[k] = r
+		}
+	}
+	// A neighbour that is not a seed knows only its seed neighbours: any
+	// other of its neighbours scored below every seed, so leaving it out
+	// changes its evidence by less than the weakest seed's.
+	out := make([]rankedKey, 0, len(at))
+	for k, t := range at {
+		var nb float64
+		for _, o := range adj[k] {
+			nb = max(nb, own[o])
+		}
+		r := (own[k] + NeighbourWeight*nb) / (1 + NeighbourWeight)
+		if r > 0 {
+			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
+		}
+	}
+	slices.SortFunc(out, func(a, b rankedKey) int { return a.compare(b) })
+	return out, nil
+}
