@@ -40,6 +40,11 @@ func startMCP(t testing.TB, home string, version string) *mcpHost {
 	})
 	cmd := exec.Command(binary(t), "mcp", "--home", home)
 	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=")
+	if _, bench := t.(*testing.B); !bench {
+		// Tests check every tool result against its output schema, as the
+		// SDK's AddTool did on every call; benchmarks time what hosts get.
+		cmd.Env = append(cmd.Env, "CMBNODE_MCP_CHECK_OUTPUT=1")
+	}
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
 	t.Cleanup(func() {
@@ -459,7 +464,7 @@ type rawMCP struct {
 func startRawMCP(t *testing.T, home string) *rawMCP {
 	t.Helper()
 	cmd := exec.Command(binary(t), "mcp", "--home", home)
-	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=")
+	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=", "CMBNODE_MCP_CHECK_OUTPUT=1")
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
