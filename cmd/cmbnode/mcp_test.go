@@ -24,6 +24,7 @@ import (
 type mcpHost struct {
 	t       testing.TB
 	cs      *mcp.ClientSession
+	cmd     *exec.Cmd   // the `cmbnode mcp` process
 	updates chan string // URIs of notifications/resources/updated
 }
 
@@ -59,7 +60,7 @@ func startMCP(t testing.TB, home string, version string) *mcpHost {
 		t.Fatalf("connect to cmbnode mcp: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	h.cs = cs
+	h.cs, h.cmd = cs, cmd
 	return h
 }
 
