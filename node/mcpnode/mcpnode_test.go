@@ -2,11 +2,14 @@ package mcpnode
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestParseTime(t *testing.T) {
@@ -73,4 +76,61 @@ func TestPlural(t *testing.T) {
 	if got := plural(1, "memory") + ", " + plural(2, "memory") + ", " + plural(0, "peer"); got != "1 memory, 2 memories, 0 peers" {
 		t.Fatal(got)
 	}
+}
+
+// TestEncodeResult: the fast path for a successful response writes what
+// jsonrpc.EncodeMessage writes, and leaves every other message to it.
+func TestEncodeResult(t *testing.T) {
+	var results []json.RawMessage
+	for _, v := range []any{
+		map[string]any{},
+		&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a <b> & \"c\"\t· é \u2028 \x01\n"}},
+			StructuredContent: json.RawMessage(`{"query":"<x>","results":[{"score":1.5,"text":"é"}]}`)},
+		[]int{1, 2, 3},
+		"a string",
+	} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // as the SDK marshals results
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	for _, raw := range []any{0.0, 7.0, -3.0, float64(1 << 53), "a", "", "<&>", "é\u2028\"\\"} {
+		id, err := jsonrpc.MakeID(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range results {
+			m := &jsonrpc.Response{ID: id, Result: res}
+			want, err := jsonrpc.EncodeMessage(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := encodeResult(m)
+			if !ok || !bytes.Equal(got, want) {
+				t.Errorf("id %#v result %s:\n got %s (%v)\nwant %s", raw, res, got, ok, want)
+			}
+		}
+	}
+	for _, m := range []jsonrpc.Message{
+		&jsonrpc.Response{ID: jsonrpc.ID{}, Error: &jsonrpc.Error{Code: 1, Message: "x"}},
+		&jsonrpc.Response{ID: mustID(t, 1.0), Error: &jsonrpc.Error{Code: 1, Message: "x"}},
+		&jsonrpc.Response{ID: mustID(t, 1.0), Result: json.RawMessage("{\n}")},
+		&jsonrpc.Response{ID: mustID(t, 1.0)},
+		&jsonrpc.Request{ID: mustID(t, 1.0), Method: "ping"},
+	} {
+		if b, ok := encodeResult(m); ok {
+			t.Errorf("%#v took the fast path: %s", m, b)
+		}
+	}
+}
+
+func mustID(t *testing.T, v any) jsonrpc.ID {
+	id, err := jsonrpc.MakeID(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
