@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"cmbnode/cmb"
 )
 
 func TestParseTime(t *testing.T) {
@@ -133,4 +137,36 @@ func mustID(t *testing.T, v any) jsonrpc.ID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestOneLine holds oneLine's fast path to what folding does.
+func TestOneLine(t *testing.T) {
+	ref := func(s string, n int) string {
+		s = strings.Join(strings.Fields(s), " ")
+		if r := []rune(s); len(r) > n {
+			return string(r[:n]) + "…"
+		}
+		return s
+	}
+	for _, s := range []string{"", " ", "a", "a b", "a  b", " a", "a ", "a\tb", "a\nb", "a\u00a0b", "a\u0085b",
+		"a\u2028b", "a\u3000b", "é ü", "\xff \xfe", "a \xff", "abcdef", "abc def", "abcdé", "ab cdé"} {
+		for _, n := range []int{3, 5, 400} {
+			if got, want := oneLine(s, n), ref(s, n); got != want {
+				t.Errorf("oneLine(%q, %d) = %q, want %q", s, n, got, want)
+			}
+		}
+	}
+}
+
+// TestWriteMemoryHead: the head line reads as it did when fmt wrote it.
+func TestWriteMemoryHead(t *testing.T) {
+	for _, score := range []float64{0, 12.614528250852338, -0.0004, 1e21, math.Inf(1), math.NaN()} {
+		m := Memory{Key: "cmb1-ab", Author: "01a2319f-e9c4-752a-8129-3a317cb29579", Time: "2026-10-05T20:45:42Z", Score: &score}
+		var b strings.Builder
+		writeMemory(&b, "  ", &m)
+		want := fmt.Sprintf("%s · %s · %s · score %.3f\n", m.Key, cmb.Truncate(m.Author, 13), m.Time, score)
+		if b.String() != want {
+			t.Errorf("score %v: %q, want %q", score, b.String(), want)
+		}
+	}
 }
