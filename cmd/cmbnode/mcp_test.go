@@ -24,6 +24,7 @@ import (
 type mcpHost struct {
 	t       testing.TB
 	cs      *mcp.ClientSession
+	cmd     *exec.Cmd   // the `cmbnode mcp` process
 	updates chan string // URIs of notifications/resources/updated
 }
 
@@ -40,6 +41,11 @@ func startMCP(t testing.TB, home string, version string) *mcpHost {
 	})
 	cmd := exec.Command(binary(t), "mcp", "--home", home)
 	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=")
+	if _, bench := t.(*testing.B); !bench {
+		// Tests check every tool result against its output schema, as the
+		// SDK's AddTool did on every call; benchmarks time what hosts get.
+		cmd.Env = append(cmd.Env, "CMBNODE_MCP_CHECK_OUTPUT=1")
+	}
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
 	t.Cleanup(func() {
@@ -54,7 +60,7 @@ func startMCP(t testing.TB, home string, version string) *mcpHost {
 		t.Fatalf("connect to cmbnode mcp: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	h.cs = cs
+	h.cs, h.cmd = cs, cmd
 	return h
 }
 
@@ -465,7 +471,7 @@ type rawMCP struct {
 func startRawMCP(t *testing.T, home string) *rawMCP {
 	t.Helper()
 	cmd := exec.Command(binary(t), "mcp", "--home", home)
-	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=")
+	cmd.Env = append(cmd.Environ(), "CMBNODE_HOME=", "CMBNODE_MCP_CHECK_OUTPUT=1")
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

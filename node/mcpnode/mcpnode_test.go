@@ -2,11 +2,18 @@ package mcpnode
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"cmbnode/cmb"
 )
 
 func TestParseTime(t *testing.T) {
@@ -72,5 +79,94 @@ func TestEncodeNullID(t *testing.T) {
 func TestPlural(t *testing.T) {
 	if got := plural(1, "memory") + ", " + plural(2, "memory") + ", " + plural(0, "peer"); got != "1 memory, 2 memories, 0 peers" {
 		t.Fatal(got)
+	}
+}
+
+// TestEncodeResult: the fast path for a successful response writes what
+// jsonrpc.EncodeMessage writes, and leaves every other message to it.
+func TestEncodeResult(t *testing.T) {
+	var results []json.RawMessage
+	for _, v := range []any{
+		map[string]any{},
+		&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a <b> & \"c\"\t· é \u2028 \x01\n"}},
+			StructuredContent: json.RawMessage(`{"query":"<x>","results":[{"score":1.5,"text":"é"}]}`)},
+		[]int{1, 2, 3},
+		"a string",
+	} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // as the SDK marshals results
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	for _, raw := range []any{0.0, 7.0, -3.0, float64(1 << 53), "a", "", "<&>", "é\u2028\"\\"} {
+		id, err := jsonrpc.MakeID(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range results {
+			m := &jsonrpc.Response{ID: id, Result: res}
+			want, err := jsonrpc.EncodeMessage(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := encodeResult(m)
+			if !ok || !bytes.Equal(got, want) {
+				t.Errorf("id %#v result %s:\n got %s (%v)\nwant %s", raw, res, got, ok, want)
+			}
+		}
+	}
+	for _, m := range []jsonrpc.Message{
+		&jsonrpc.Response{ID: jsonrpc.ID{}, Error: &jsonrpc.Error{Code: 1, Message: "x"}},
+		&jsonrpc.Response{ID: mustID(t, 1.0), Error: &jsonrpc.Error{Code: 1, Message: "x"}},
+		&jsonrpc.Response{ID: mustID(t, 1.0), Result: json.RawMessage("{\n}")},
+		&jsonrpc.Response{ID: mustID(t, 1.0)},
+		&jsonrpc.Request{ID: mustID(t, 1.0), Method: "ping"},
+	} {
+		if b, ok := encodeResult(m); ok {
+			t.Errorf("%#v took the fast path: %s", m, b)
+		}
+	}
+}
+
+func mustID(t *testing.T, v any) jsonrpc.ID {
+	id, err := jsonrpc.MakeID(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestOneLine holds oneLine's fast path to what folding does.
+func TestOneLine(t *testing.T) {
+	ref := func(s string, n int) string {
+		s = strings.Join(strings.Fields(s), " ")
+		if r := []rune(s); len(r) > n {
+			return string(r[:n]) + "…"
+		}
+		return s
+	}
+	for _, s := range []string{"", " ", "a", "a b", "a  b", " a", "a ", "a\tb", "a\nb", "a\u00a0b", "a\u0085b",
+		"a\u2028b", "a\u3000b", "é ü", "\xff \xfe", "a \xff", "abcdef", "abc def", "abcdé", "ab cdé"} {
+		for _, n := range []int{3, 5, 400} {
+			if got, want := oneLine(s, n), ref(s, n); got != want {
+				t.Errorf("oneLine(%q, %d) = %q, want %q", s, n, got, want)
+			}
+		}
+	}
+}
+
+// TestWriteMemoryHead: the head line reads as it did when fmt wrote it.
+func TestWriteMemoryHead(t *testing.T) {
+	for _, score := range []float64{0, 12.614528250852338, -0.0004, 1e21, math.Inf(1), math.NaN()} {
+		m := Memory{Key: "cmb1-ab", Author: "01a2319f-e9c4-752a-8129-3a317cb29579", Time: "2026-10-05T20:45:42Z", Score: &score}
+		var b strings.Builder
+		writeMemory(&b, "  ", &m)
+		want := fmt.Sprintf("%s · %s · %s · score %.3f\n", m.Key, cmb.Truncate(m.Author, 13), m.Time, score)
+		if b.String() != want {
+			t.Errorf("score %v: %q, want %q", score, b.String(), want)
+		}
 	}
 }

@@ -2,8 +2,11 @@ package mcpnode
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"cmbnode/cmb"
 	"cmbnode/node"
@@ -45,10 +48,17 @@ func who(m *Memory) string {
 // line with key, author and time, then the fields that say something
 // (neutral ones are left out).
 func writeMemory(b *strings.Builder, indent string, m *Memory) {
+	// Written piece by piece rather than with fmt: a recall renders ten
+	// memories of seven fields on every call.
 	b.WriteString(m.Key)
-	fmt.Fprintf(b, " · %s · %s", who(m), m.Time)
+	b.WriteString(" · ")
+	b.WriteString(who(m))
+	b.WriteString(" · ")
+	b.WriteString(m.Time)
 	if m.Score != nil {
-		fmt.Fprintf(b, " · score %.3f", *m.Score)
+		b.WriteString(" · score ")
+		var num [32]byte
+		b.Write(strconv.AppendFloat(num[:0], *m.Score, 'f', 3, 64)) // %.3f
 	}
 	b.WriteByte('\n')
 	for _, name := range cmb.FieldNames {
@@ -56,7 +66,10 @@ func writeMemory(b *strings.Builder, indent string, m *Memory) {
 		if !ok || f.Text == cmb.Neutral || f.Text == "" {
 			continue
 		}
-		fmt.Fprintf(b, "%s%s: %s", indent, name, oneLine(f.Text, 400))
+		b.WriteString(indent)
+		b.WriteString(name)
+		b.WriteString(": ")
+		b.WriteString(oneLine(f.Text, 400))
 		if f.Valence != nil || f.Arousal != nil {
 			var parts []string
 			if f.Valence != nil {
@@ -77,6 +90,9 @@ func writeMemory(b *strings.Builder, indent string, m *Memory) {
 // oneLine folds whitespace and cuts text to at most n characters: the text
 // rendering is a digest, the structured content carries the whole text.
 func oneLine(s string, n int) string {
+	if folded(s) && utf8.RuneCountInString(s) <= n {
+		return s // the common case, without the copies below
+	}
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > n {
 		return string(r[:n]) + "…"
@@ -84,12 +100,39 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// folded reports whether strings.Join(strings.Fields(s), " ") is s: no
+// white space but single spaces between words.
+func folded(s string) bool {
+	space := true // at the start, a space would be leading
+	for _, r := range s {
+		if r == ' ' {
+			if space {
+				return false
+			}
+			space = true
+			continue
+		}
+		if r < utf8.RuneSelf {
+			if asciiSpace(byte(r)) {
+				return false
+			}
+		} else if unicode.IsSpace(r) {
+			return false
+		}
+		space = false
+	}
+	return !space || s == ""
+}
+
+func asciiSpace(c byte) bool { return c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' }
+
 func renderList(head string, ms []Memory) string {
 	var b strings.Builder
 	b.WriteString(head)
 	b.WriteByte('\n')
 	for i := range ms {
-		fmt.Fprintf(&b, "%d. ", i+1)
+		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString(". ")
 		writeMemory(&b, "   ", &ms[i])
 	}
 	return b.String()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 
@@ -199,6 +200,9 @@ func (c *stdioConn) Write(ctx context.Context, m jsonrpc.Message) error {
 // whose id could not be read carries "id":null, as JSON-RPC requires of
 // an error response (the SDK's encoder leaves the member out).
 func encode(m jsonrpc.Message) ([]byte, error) {
+	if b, ok := encodeResult(m); ok {
+		return b, nil
+	}
 	b, err := jsonrpc.EncodeMessage(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode JSON-RPC message: %w", err)
@@ -207,6 +211,39 @@ func encode(m jsonrpc.Message) ([]byte, error) {
 		b = append([]byte(`{"jsonrpc":"2.0","id":null,`), bytes.TrimPrefix(b, []byte(`{"jsonrpc":"2.0",`))...)
 	}
 	return b, nil
+}
+
+// encodeResult writes a successful response with a number or string id
+// byte for byte as jsonrpc.EncodeMessage does, without its second pass over
+// the result: the SDK has just marshalled that result (compact, and not
+// HTML-escaped), and EncodeMessage's json.Marshal validates and compacts
+// a json.RawMessage again, ~55 us for a recall's 16 kB. A result with a line
+// break in it (never the SDK's) is left to EncodeMessage.
+func encodeResult(m jsonrpc.Message) ([]byte, bool) {
+	r, ok := m.(*jsonrpc.Response)
+	if !ok || r.Error != nil || len(r.Result) == 0 ||
+		bytes.IndexByte(r.Result, '\n') >= 0 || bytes.IndexByte(r.Result, '\r') >= 0 {
+		return nil, false
+	}
+	b := make([]byte, 0, len(r.Result)+64) // room for the id, and the newline Write adds
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	switch id := r.ID.Raw().(type) {
+	case int64:
+		b = strconv.AppendInt(b, id, 10)
+	case string:
+		var q bytes.Buffer
+		enc := json.NewEncoder(&q)
+		enc.SetEscapeHTML(false) // as the SDK's encoder
+		if enc.Encode(id) != nil {
+			return nil, false
+		}
+		b = append(b, bytes.TrimSuffix(q.Bytes(), []byte("\n"))...)
+	default:
+		return nil, false
+	}
+	b = append(b, `,"result":`...)
+	b = append(b, r.Result...)
+	return append(b, '}'), true
 }
 
 func (c *stdioConn) Close() error {
