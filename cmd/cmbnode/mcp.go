@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"cmbnode/node/daemon"
 	"cmbnode/node/mcpnode"
 )
@@ -25,5 +27,7 @@ func cmdMCP(e *env, args []string) error {
 	}
 	return mcpnode.Serve(e.ctx, e.stdin, e.stdout, mcpnode.Options{
 		Socket: daemon.SocketPath(h), Home: h, Version: version(), Logger: daemon.NewLogger(e.stderr, false, *level),
+		// A debugging switch: validate every tool result against its schema.
+		CheckOutput: os.Getenv("CMBNODE_MCP_CHECK_OUTPUT") != "",
 	})
 }

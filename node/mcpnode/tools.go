@@ -24,7 +24,7 @@ func read(title string) *mcp.ToolAnnotations {
 }
 
 func (s *server) addTools() {
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:  "remember",
 		Title: "Remember in the group's mesh memory",
 		Description: "Store a memory (a CMB) signed by this node and share it with the mesh group. " +
@@ -45,7 +45,7 @@ func (s *server) addTools() {
 			IdempotentHint: true, OpenWorldHint: boolp(true)},
 	}, s.remember)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:  "recall",
 		Title: "Recall from the group's mesh memory",
 		Description: "Search the memories this node holds (its own and its group's) for query text; " +
@@ -61,7 +61,7 @@ func (s *server) addTools() {
 		Annotations: read("Recall"),
 	}, s.recall)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:        "get",
 		Title:       "Get one memory",
 		Description: "Read one memory by its key or a unique key prefix (at least 4 hex digits), with the keys of its parents and how this node holds it.",
@@ -69,7 +69,7 @@ func (s *server) addTools() {
 		Annotations: read("Get memory"),
 	}, s.get)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:  "thread",
 		Title: "A memory's lineage thread",
 		Description: "The thread around a memory: the memories it builds on (ancestors), the memory, then those " +
@@ -81,7 +81,7 @@ func (s *server) addTools() {
 		Annotations: read("Thread"),
 	}, s.thread)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:        "recent",
 		Title:       "The newest memories",
 		Description: "Browse the newest memories without a query, newest first; optionally by one author (a nodeId or a name) or since a time (RFC 3339, a date, or an age like 36h or 7d).",
@@ -93,7 +93,7 @@ func (s *server) addTools() {
 		Annotations: read("Recent"),
 	}, s.recent)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:        "peers",
 		Title:       "Who is in the group",
 		Description: "The group members this node is connected to now: nodeId, name, libp2p peer id and addresses.",
@@ -101,7 +101,7 @@ func (s *server) addTools() {
 		Annotations: read("Peers"),
 	}, s.peers)
 
-	addTool(s.srv, &mcp.Tool{
+	addTool(s.srv, s.opts.CheckOutput, &mcp.Tool{
 		Name:        "status",
 		Title:       "How the node is doing",
 		Description: "This node's identity, group, addresses, how many peers it is connected to and how many memories it holds.",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -24,10 +23,10 @@ import (
 //
 // The one difference on the wire is the order of structuredContent's
 // members: the Go fields' order, not sorted (the SDK's second marshal goes
-// through a map). The check still runs when CMBNODE_MCP_CHECK_OUTPUT is
-// set, as the tests against the built binary set it, so a result that
-// strays from its schema (a custom marshaller, say) fails them as before.
-func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+// through a map). With check (Options.CheckOutput, which the tests against
+// the built binary turn on) a result that strays from its schema (a custom
+// marshaller, say) is an error, as under mcp.AddTool.
+func addTool[In, Out any](srv *mcp.Server, check bool, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
 	in, ok := t.InputSchema.(*jsonschema.Schema)
 	if !ok || in == nil {
 		panic(fmt.Sprintf("tool %q: the input schema is not a *jsonschema.Schema", t.Name))
@@ -47,8 +46,6 @@ func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In,
 	}
 	tt := *t
 	tt.OutputSchema = out
-	check := os.Getenv("CMBNODE_MCP_CHECK_OUTPUT") != ""
-
 	srv.AddTool(&tt, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args, err := validArgs(req.Params.Arguments, inResolved)
 		if err != nil {

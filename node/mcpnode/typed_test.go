@@ -54,7 +54,7 @@ func TestAddToolAsSDK(t *testing.T) {
 	sdk := mcp.NewServer(&mcp.Implementation{Name: "x"}, nil)
 	mcp.AddTool(sdk, tool(), handler)
 	ours := mcp.NewServer(&mcp.Implementation{Name: "x"}, nil)
-	addTool(ours, tool(), handler)
+	addTool(ours, false, tool(), handler)
 	a, b := connect(t, sdk), connect(t, ours)
 	ctx := context.Background()
 
@@ -111,18 +111,13 @@ type badOut struct{ N int }
 
 func (badOut) MarshalJSON() ([]byte, error) { return []byte(`{"N":"not a number"}`), nil }
 
-// TestAddToolChecksOutput: with CMBNODE_MCP_CHECK_OUTPUT set (as the tests
-// against the binary set it) a result that strays from its schema is an
+// TestAddToolChecksOutput: with the check on (as the tests against the
+// binary turn it on) a result that strays from its schema is an
 // error, as under mcp.AddTool; without it, it is sent.
 func TestAddToolChecksOutput(t *testing.T) {
 	for _, check := range []bool{true, false} {
-		if check {
-			t.Setenv("CMBNODE_MCP_CHECK_OUTPUT", "1")
-		} else {
-			t.Setenv("CMBNODE_MCP_CHECK_OUTPUT", "")
-		}
 		srv := mcp.NewServer(&mcp.Implementation{Name: "x"}, nil)
-		addTool(srv, &mcp.Tool{Name: "bad", InputSchema: schemaFor[noArgs](nil)},
+		addTool(srv, check, &mcp.Tool{Name: "bad", InputSchema: schemaFor[noArgs](nil)},
 			func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, badOut, error) {
 				return nil, badOut{}, nil
 			})
