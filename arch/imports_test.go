@@ -67,6 +67,7 @@ var rules = []struct {
 	{"cmbnode/group", true, []string{"cmbnode/cmb", "cmbnode/store", "cmbnode/node/...", badger, libp2p}, "group names stand alone"},
 	{"cmbnode/node/secretfile", true, []string{"cmbnode/..."}, "secret files stand alone"},
 	{"cmbnode/internal/opt", true, []string{"cmbnode/..."}, "the options rule stands alone"},
+	{"cmbnode/internal/logx", true, []string{"cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
 	{"cmbnode/lineage/walk", true, []string{"cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
 	{"cmbnode/lineage", false, []string{badger, libp2p, "cmbnode/node/..."}, "lineage reads through store's API, never badger"},
 	{"cmbnode/store", true, []string{"cmbnode/node/...", "cmbnode/lineage/...", libp2p}, "the store knows no node, mesh or protocol adapter"},
