@@ -19,8 +19,9 @@ import (
 // surface a quarantined record.
 
 // ErrAmbiguous is wrapped (with ErrBadRequest) when a key prefix matches
-// more than one held record; the message lists them.
-var ErrAmbiguous = errors.New("ambiguous key prefix")
+// more than one held record, or a peer name more than one peer
+// (ResolvePeer); the message lists them.
+var ErrAmbiguous = errors.New("ambiguous")
 
 // MinKeyPrefix is the fewest digest characters a key prefix must carry:
 // shorter ones would match most of a store and resolve nothing.

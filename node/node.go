@@ -70,6 +70,9 @@ type PeerInfo struct {
 	// its cmbnode version, when it runs cmbnode and says so.
 	Version string `json:"version"`
 	Build   string `json:"build,omitempty"`
+	// E2EPublicKey is the peer's X25519 key as its handshake's
+	// e2ePublicKey carried it (base64 DER), from the roster.
+	E2EPublicKey string `json:"e2ePublicKey,omitempty"`
 }
 
 // Node is a running node's core. Its methods are safe for concurrent use.
@@ -194,8 +197,11 @@ func (n *Node) Store() *store.Store { return n.st }
 // RememberInput is what an agent asks the node to author.
 type RememberInput struct {
 	Fields  cmb.Fields
+	// Parents are keys or unique key prefixes (ResolveKey).
 	Parents []string
-	To      string // recipient nodeId for a directed CMB
+	// To is the recipient of a directed CMB: a nodeId, or the name of a
+	// peer that handshook with this node (ResolvePeer).
+	To string
 }
 
 // Result says what happened to a record handed to the node.
@@ -216,12 +222,18 @@ var (
 // then publishes it. A directed record is kept here in clear and travels
 // sealed for its recipient.
 func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
-	parents := lineage.Dedupe(in.Parents)
-	for _, p := range parents {
-		if cmb.SchemeOf(p) == cmb.SchemeUnknown {
-			return Result{}, fmt.Errorf("%w: parent %q is not a CMB key", ErrBadRequest, p)
+	// Parents may be unique key prefixes and the recipient a peer's name,
+	// as a person types them: resolved here, the one place, for every
+	// adapter.
+	resolved := make([]string, 0, len(in.Parents))
+	for _, p := range in.Parents {
+		k, err := n.ResolveKey(ctx, p)
+		if err != nil {
+			return Result{}, fmt.Errorf("parent: %w", err)
 		}
+		resolved = append(resolved, k)
 	}
+	parents := lineage.Dedupe(resolved)
 	ancestors, missing, err := lineage.Resolve(ctx, n.st, parents)
 	if err != nil {
 		return Result{}, err
@@ -231,8 +243,8 @@ func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
 	}
 	var recipientBox *e2e.Box
 	if in.To != "" {
-		if err := cmb.ValidateNodeID(in.To); err != nil {
-			return Result{}, fmt.Errorf("%w: to: %v", ErrBadRequest, err)
+		if in.To, err = n.ResolvePeer(ctx, in.To); err != nil {
+			return Result{}, fmt.Errorf("to: %w", err)
 		}
 		if recipientBox, err = n.boxFor(ctx, in.To); err != nil {
 			return Result{}, err

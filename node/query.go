@@ -182,9 +182,12 @@ type Status struct {
 	Peers           int      `json:"peers"`
 	CMBs            int      `json:"cmbs"`
 	PublicKey       string   `json:"publicKey"`
-	Counters        Snapshot `json:"counters"`
-	Listeners       int      `json:"listeners"`
-	Dropped         int64    `json:"listenersDropped"`
+	// E2EPublicKey is this node's X25519 key as its handshake presents it
+	// (e2ePublicKey: base64 DER), to compare with what peers show.
+	E2EPublicKey string   `json:"e2ePublicKey"`
+	Counters     Snapshot `json:"counters"`
+	Listeners    int      `json:"listeners"`
+	Dropped      int64    `json:"listenersDropped"`
 	// Quarantined lists records held but not surfaced because the author
 	// key they were admitted under was replaced by a handshake.
 	Quarantined []string `json:"quarantined"`
@@ -195,7 +198,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		Version: n.version, ProtocolVersion: cmb.ProtocolVersion,
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
-		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), Counters: n.Counters.Snapshot(),
+		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), E2EPublicKey: n.id.E2EPublicKeyDER(), Counters: n.Counters.Snapshot(),
 		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),
 	}
 	if m := n.getMesh(); m != nil {
@@ -206,12 +209,36 @@ func (n *Node) Status() Status {
 	return s
 }
 
-// Peers lists handshaken peers (none while the node runs alone).
+// Peers lists handshaken peers (none while the node runs alone), each
+// address a dialable multiaddr ending in /p2p/<peerId> (what --bootstrap
+// takes), with the peer's X25519 key from the roster.
 func (n *Node) Peers() []PeerInfo {
-	if m := n.getMesh(); m != nil {
-		if p := m.Peers(); p != nil {
-			return p
-		}
+	m := n.getMesh()
+	if m == nil {
+		return []PeerInfo{}
 	}
-	return []PeerInfo{}
+	ps := m.Peers()
+	out := make([]PeerInfo, 0, len(ps))
+	for _, p := range ps {
+		p.Addrs = dialable(p.Addrs, p.PeerID)
+		if p.E2EPublicKey == "" {
+			_, p.E2EPublicKey = n.FrameKeys(context.Background(), p.NodeID)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// dialable gives each address its /p2p/<peerId> component: the peerstore
+// keeps transport addresses only, and a dial (or --bootstrap) needs the
+// peer id to secure the connection.
+func dialable(addrs []string, peerID string) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if peerID != "" && !strings.Contains(a, "/p2p/") {
+			a += "/p2p/" + peerID
+		}
+		out = append(out, a)
+	}
+	return out
 }
