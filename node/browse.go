@@ -60,7 +60,7 @@ func (n *Node) ResolveKey(ctx context.Context, ref string) (string, error) {
 			return "", fmt.Errorf("%w: %q is neither a CMB key nor a key prefix (cmb1- and at least %d hex digits)", ErrBadRequest, cmb.Truncate(ref, 80), MinKeyPrefix)
 		}
 	}
-	keep := func(k string) bool { return !n.st.IsQuarantined(k) }
+	keep := func(k string) bool { return !n.st.IsHidden(k) }
 	var matches []string
 	for _, p := range prefixes {
 		m, err := n.st.KeysWithPrefix(ctx, p, maxListedMatches+1-len(matches), keep)
@@ -140,7 +140,7 @@ func (n *Node) Recent(ctx context.Context, o RecentOptions) ([]Memory, error) {
 	}
 	out := []Memory{}
 	err := n.st.Scan(ctx, w, func(kt store.KeyTime) error {
-		if n.st.IsQuarantined(kt.Key) {
+		if n.st.IsHidden(kt.Key) {
 			return nil
 		}
 		rec, err := n.record(ctx, kt.Key)
@@ -211,7 +211,7 @@ func (n *Node) Thread(ctx context.Context, key string, maxMembers int) ([]Thread
 	}
 	out := make([]ThreadMember, 0, len(nodes))
 	for _, nd := range nodes {
-		if n.st.IsQuarantined(nd.Key) {
+		if n.st.IsHidden(nd.Key) {
 			continue
 		}
 		rec := focal

@@ -79,6 +79,9 @@ type Stored struct {
 	// KeyConfirmed is false when the author's key is known only from the
 	// gossiped frames that carried its records: lower provenance.
 	KeyConfirmed bool
+	// Assertions are other authors' signed records of the same content
+	// (same key), oldest first.
+	Assertions []Assertion
 }
 
 // ErrQuarantined is wrapped (with ErrNotFound) when a record is held but
@@ -88,6 +91,9 @@ var ErrQuarantined = errors.New("quarantined")
 // Get returns one held record exactly as received. A quarantined record is
 // not surfaced: the error wraps ErrNotFound and ErrQuarantined.
 func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
+	if n.st.IsForgotten(key) {
+		return nil, forgottenErr(key)
+	}
 	r, err := n.st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no record %s", ErrNotFound, key)
@@ -102,8 +108,12 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stored record %s does not decode: %w", key, err)
 	}
+	as, err := n.assertions(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed,
-		KeyConfirmed: n.KeyConfirmed(ctx, rec.CreatedBy, r.Meta.Source)}, nil
+		KeyConfirmed: n.KeyConfirmed(ctx, rec.CreatedBy, r.Meta.Source), Assertions: as}, nil
 }
 
 // KeyConfirmed reports whether a held record's author key came from an
@@ -142,6 +152,9 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	if depth <= 0 || depth > MaxLineageDepth {
 		depth = MaxLineageDepth
 	}
+	if n.st.IsForgotten(key) {
+		return LineageResult{}, forgottenErr(key)
+	}
 	if ok, err := n.st.Has(ctx, key); err != nil {
 		return LineageResult{}, err
 	} else if !ok || n.st.IsQuarantined(key) {
@@ -157,12 +170,12 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	}
 	res := LineageResult{Key: key, Ancestors: make([]string, 0, len(anc)), Descendants: make([]string, 0, len(desc))}
 	for _, a := range anc {
-		if !n.st.IsQuarantined(a.Key) {
+		if !n.st.IsHidden(a.Key) {
 			res.Ancestors = append(res.Ancestors, a.Key)
 		}
 	}
 	for _, d := range desc {
-		if !n.st.IsQuarantined(d.Key) {
+		if !n.st.IsHidden(d.Key) {
 			res.Descendants = append(res.Descendants, d.Key)
 		}
 	}
