@@ -114,7 +114,7 @@ const MaxRecent = 1000
 
 // RecentOptions select a Recent listing. Zero values select everything.
 type RecentOptions struct {
-	Author string    // a nodeId (or agent name) as records carry it in createdBy
+	Author string    // a nodeId (or agent name) as records carry it in createdBy, or a node's display name
 	Since  time.Time // inclusive
 	Limit  int       // 0: 20; at most MaxRecent
 }
@@ -132,8 +132,12 @@ func (n *Node) Recent(ctx context.Context, o RecentOptions) ([]Memory, error) {
 	w := store.Window{AnyGroup: true, Reverse: true}
 	if o.Author != "" {
 		// The author index keys authors as the records spell them; nodeIds
-		// are minted lowercase.
-		w.Author = o.Author
+		// are minted lowercase. A name is looked up (resolveAuthor).
+		a, err := n.resolveAuthor(ctx, strings.TrimSpace(o.Author))
+		if err != nil {
+			return nil, err
+		}
+		w.Author = a
 	}
 	if !o.Since.IsZero() {
 		w.From = o.Since.UnixMilli()

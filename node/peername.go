@@ -54,3 +54,36 @@ func (n *Node) ResolvePeer(ctx context.Context, ref string) (string, error) {
 	slices.Sort(matches)
 	return "", fmt.Errorf("%w: %w: %d peers are named %q: %s; give the nodeId", ErrBadRequest, ErrAmbiguous, len(matches), ref, strings.Join(matches, ", "))
 }
+
+// resolveAuthor turns an author as a person types it into what records
+// carry in createdBy: a nodeId as given (lowercased); else the name this
+// node or a peer in its roster goes by, when exactly one has it (case
+// ignored), as that one's nodeId; else ref itself (an agent-name author,
+// which records carry verbatim). Several nodes with the name wrap
+// ErrBadRequest and ErrAmbiguous.
+func (n *Node) resolveAuthor(ctx context.Context, ref string) (string, error) {
+	if cmb.ValidateNodeID(ref) == nil {
+		return strings.ToLower(ref), nil
+	}
+	var ids []string
+	if strings.EqualFold(n.id.Name, ref) {
+		ids = append(ids, strings.ToLower(n.id.NodeID))
+	}
+	peers, err := n.st.Peers(ctx)
+	if err != nil {
+		return "", fmt.Errorf("resolve author %q: %w", ref, err)
+	}
+	for _, p := range peers {
+		if p.Name != "" && strings.EqualFold(p.Name, ref) && !slices.Contains(ids, p.NodeID) {
+			ids = append(ids, p.NodeID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return ref, nil
+	case 1:
+		return ids[0], nil
+	}
+	slices.Sort(ids)
+	return "", fmt.Errorf("%w: %w: %d nodes are named %q (%s); give the nodeId", ErrBadRequest, ErrAmbiguous, len(ids), ref, strings.Join(ids, ", "))
+}

@@ -300,7 +300,13 @@ func cmdRemember(e *env, args []string) error {
 		return writeJSON(e.stdout, res)
 	}
 	fmt.Fprintln(e.stdout, res.Key)
-	if res.Duplicate {
+	switch {
+	case !res.Duplicate:
+	case res.Forgotten:
+		fmt.Fprintln(e.stderr, "cmbnode remember: this memory was forgotten on this node; nothing was stored")
+	case res.SameAuthor != nil && !*res.SameAuthor:
+		fmt.Fprintln(e.stderr, "cmbnode remember: another author's record of the same text is held under this key; this node's is kept beside it as an assertion (see cmbnode get)")
+	default:
 		fmt.Fprintln(e.stderr, "cmbnode remember: the node already held this record")
 	}
 	return nil
@@ -421,6 +427,13 @@ func cmdGet(e *env, args []string) error {
 	fmt.Fprintf(tw, "stored\t%s, from %s\n", relTime(time.UnixMilli(g.StoredAt), now), g.Source)
 	if !g.KeyConfirmed {
 		fmt.Fprintf(tw, "authorKey\tunconfirmed (known only from gossip, never from a handshake)\n")
+	}
+	for i, a := range g.Assertions {
+		label := ""
+		if i == 0 {
+			label = "alsoBy"
+		}
+		fmt.Fprintf(tw, "%s\t%s, %s (their own signed record of the same text; --json has it)\n", label, a.CreatedBy, relTime(time.UnixMilli(a.CreatedAt), now))
 	}
 	if rec.IsSealed() {
 		fmt.Fprintf(tw, "fields\t(sealed)\n")
