@@ -68,6 +68,7 @@ var rules = []struct {
 	{"cmbnode/node/groupkey", true, []string{"cmbnode/cmb", "cmbnode/e2e", "cmbnode/store", "cmbnode/node", "cmbnode/node/mesh", "cmbnode/node/config", "cmbnode/lineage/...", badger, libp2p}, "group secrets stand alone: bytes in, bytes out"},
 	{"cmbnode/node/secretfile", true, []string{"cmbnode/..."}, "secret files stand alone"},
 	{"cmbnode/internal/opt", true, []string{"cmbnode/..."}, "the options rule stands alone"},
+	{"cmbnode/internal/logx", true, []string{"cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
 	{"cmbnode/lineage/walk", true, []string{"cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
 	{"cmbnode/lineage", false, []string{badger, libp2p, "cmbnode/node/..."}, "lineage reads through store's API, never badger"},
 	{"cmbnode/store", true, []string{"cmbnode/node/...", "cmbnode/lineage/...", libp2p}, "the store knows no node, mesh or protocol adapter"},

@@ -19,8 +19,9 @@ import (
 // surface a quarantined record.
 
 // ErrAmbiguous is wrapped (with ErrBadRequest) when a key prefix matches
-// more than one held record; the message lists them.
-var ErrAmbiguous = errors.New("ambiguous key prefix")
+// more than one held record, or a peer name more than one peer
+// (ResolvePeer); the message lists them.
+var ErrAmbiguous = errors.New("ambiguous")
 
 // MinKeyPrefix is the fewest digest characters a key prefix must carry:
 // shorter ones would match most of a store and resolve nothing.
@@ -59,7 +60,7 @@ func (n *Node) ResolveKey(ctx context.Context, ref string) (string, error) {
 			return "", fmt.Errorf("%w: %q is neither a CMB key nor a key prefix (cmb1- and at least %d hex digits)", ErrBadRequest, cmb.Truncate(ref, 80), MinKeyPrefix)
 		}
 	}
-	keep := func(k string) bool { return !n.st.IsQuarantined(k) }
+	keep := func(k string) bool { return !n.st.IsHidden(k) }
 	var matches []string
 	for _, p := range prefixes {
 		m, err := n.st.KeysWithPrefix(ctx, p, maxListedMatches+1-len(matches), keep)
@@ -113,7 +114,7 @@ const MaxRecent = 1000
 
 // RecentOptions select a Recent listing. Zero values select everything.
 type RecentOptions struct {
-	Author string    // a nodeId (or agent name) as records carry it in createdBy
+	Author string    // a nodeId (or agent name) as records carry it in createdBy, or a node's display name
 	Since  time.Time // inclusive
 	Limit  int       // 0: 20; at most MaxRecent
 }
@@ -131,15 +132,19 @@ func (n *Node) Recent(ctx context.Context, o RecentOptions) ([]Memory, error) {
 	w := store.Window{AnyGroup: true, Reverse: true}
 	if o.Author != "" {
 		// The author index keys authors as the records spell them; nodeIds
-		// are minted lowercase.
-		w.Author = o.Author
+		// are minted lowercase. A name is looked up (resolveAuthor).
+		a, err := n.resolveAuthor(ctx, strings.TrimSpace(o.Author))
+		if err != nil {
+			return nil, err
+		}
+		w.Author = a
 	}
 	if !o.Since.IsZero() {
 		w.From = o.Since.UnixMilli()
 	}
 	out := []Memory{}
 	err := n.st.Scan(ctx, w, func(kt store.KeyTime) error {
-		if n.st.IsQuarantined(kt.Key) {
+		if n.st.IsHidden(kt.Key) {
 			return nil
 		}
 		rec, err := n.record(ctx, kt.Key)
@@ -210,7 +215,7 @@ func (n *Node) Thread(ctx context.Context, key string, maxMembers int) ([]Thread
 	}
 	out := make([]ThreadMember, 0, len(nodes))
 	for _, nd := range nodes {
-		if n.st.IsQuarantined(nd.Key) {
+		if n.st.IsHidden(nd.Key) {
 			continue
 		}
 		rec := focal

@@ -17,6 +17,7 @@ type Counters struct {
 	KeyConflicts atomic.Int64 // authors presenting a key other than the pinned one
 	KeysReplaced atomic.Int64 // unconfirmed author keys a handshake replaced
 	Quarantined  atomic.Int64 // records quarantined because their key was replaced
+	Assertions   atomic.Int64 // other authors' records of held content, kept as assertions
 	Fetched      atomic.Int64 // records obtained by cmb-fetch
 	CaughtUp     atomic.Int64 // records obtained by catch-up
 
@@ -58,6 +59,7 @@ type Snapshot struct {
 	KeyConflicts int64            `json:"keyConflicts"`
 	KeysReplaced int64            `json:"keysReplaced"`
 	Quarantined  int64            `json:"quarantined"`
+	Assertions   int64            `json:"assertions"`
 	Fetched      int64            `json:"fetched"`
 	CaughtUp     int64            `json:"caughtUp"`
 	Rejected     map[string]int64 `json:"rejected"`
@@ -69,7 +71,7 @@ func (c *Counters) Snapshot() Snapshot {
 	s := Snapshot{
 		Authored: c.Authored.Load(), Received: c.Received.Load(), Accepted: c.Accepted.Load(),
 		Duplicates: c.Duplicates.Load(), Relayed: c.Relayed.Load(), KeyConflicts: c.KeyConflicts.Load(),
-		KeysReplaced: c.KeysReplaced.Load(), Quarantined: c.Quarantined.Load(),
+		KeysReplaced: c.KeysReplaced.Load(), Quarantined: c.Quarantined.Load(), Assertions: c.Assertions.Load(),
 		Fetched: c.Fetched.Load(), CaughtUp: c.CaughtUp.Load(), Rejected: c.Rejected(),
 	}
 	for _, v := range s.Rejected {

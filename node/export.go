@@ -86,7 +86,7 @@ func (n *Node) Export(ctx context.Context, q ExportQuery) (ExportPage, error) {
 			return errPageFull
 		}
 		r, err := n.st.Get(ctx, kt.Key)
-		if errors.Is(err, store.ErrNotFound) || err == nil && r.Meta.Quarantined {
+		if errors.Is(err, store.ErrNotFound) || err == nil && (r.Meta.Quarantined || r.Meta.Forgotten) {
 			return nil // purged since the scan began, or not surfaced
 		}
 		if err != nil {

@@ -73,6 +73,9 @@ type PeerInfo struct {
 	// its cmbnode version, when it runs cmbnode and says so.
 	Version string `json:"version"`
 	Build   string `json:"build,omitempty"`
+	// E2EPublicKey is the peer's X25519 key as its handshake's
+	// e2ePublicKey carried it (base64 DER), from the roster.
+	E2EPublicKey string `json:"e2ePublicKey,omitempty"`
 }
 
 // Node is a running node's core. Its methods are safe for concurrent use.
@@ -198,15 +201,28 @@ func (n *Node) Store() *store.Store { return n.st }
 
 // RememberInput is what an agent asks the node to author.
 type RememberInput struct {
-	Fields  cmb.Fields
+	Fields cmb.Fields
+	// Parents are keys or unique key prefixes (ResolveKey).
 	Parents []string
-	To      string // recipient nodeId for a directed CMB
+	// To is the recipient of a directed CMB: a nodeId, or the name of a
+	// peer that handshook with this node (ResolvePeer).
+	To string
 }
 
 // Result says what happened to a record handed to the node.
 type Result struct {
-	Key       string `json:"key"`
-	Duplicate bool   `json:"duplicate"`
+	Key string `json:"key"`
+	// Duplicate: the node already held a record under this key, and kept
+	// it. That is the same author's record of the same content
+	// (SameAuthor), or another author's (the key covers the content, not
+	// the author), in which case this record is kept as an assertion
+	// beside it (Asserted when newly kept); or the key was forgotten here
+	// (Forgotten) and nothing was stored.
+	Duplicate bool `json:"duplicate"`
+	// SameAuthor is set on duplicates only (absent otherwise).
+	SameAuthor *bool `json:"sameAuthor,omitempty"`
+	Asserted   bool  `json:"asserted,omitempty"`
+	Forgotten  bool  `json:"forgotten,omitempty"`
 }
 
 // Error kinds adapters map onto their own codes.
@@ -221,12 +237,18 @@ var (
 // then publishes it. A directed record is kept here in clear and travels
 // sealed for its recipient.
 func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
-	parents := lineage.Dedupe(in.Parents)
-	for _, p := range parents {
-		if cmb.SchemeOf(p) == cmb.SchemeUnknown {
-			return Result{}, fmt.Errorf("%w: parent %q is not a CMB key", ErrBadRequest, p)
+	// Parents may be unique key prefixes and the recipient a peer's name,
+	// as a person types them: resolved here, the one place, for every
+	// adapter.
+	resolved := make([]string, 0, len(in.Parents))
+	for _, p := range in.Parents {
+		k, err := n.ResolveKey(ctx, p)
+		if err != nil {
+			return Result{}, fmt.Errorf("parent: %w", err)
 		}
+		resolved = append(resolved, k)
 	}
+	parents := lineage.Dedupe(resolved)
 	ancestors, missing, err := lineage.Resolve(ctx, n.st, parents)
 	if err != nil {
 		return Result{}, err
@@ -236,8 +258,8 @@ func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
 	}
 	var recipientBox *e2e.Box
 	if in.To != "" {
-		if err := cmb.ValidateNodeID(in.To); err != nil {
-			return Result{}, fmt.Errorf("%w: to: %v", ErrBadRequest, err)
+		if in.To, err = n.ResolvePeer(ctx, in.To); err != nil {
+			return Result{}, fmt.Errorf("to: %w", err)
 		}
 		if recipientBox, err = n.boxFor(ctx, in.To); err != nil {
 			return Result{}, err
@@ -290,12 +312,14 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 // then, if it is new, publishes it: a directed record is kept here in clear
 // and travels sealed for its recipient (box).
 func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box) (Result, error) {
-	dup, err := n.put(ctx, rec, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
+	res, err := n.keep(ctx, rec, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
 	if err != nil {
 		return Result{}, err
 	}
-	if dup {
-		return Result{Key: rec.Key, Duplicate: true}, nil
+	// A new assertion travels like a new record: peers holding the first
+	// author's keep it beside theirs.
+	if res.Duplicate && !res.Asserted {
+		return res, nil
 	}
 	out := rec
 	if box != nil {
@@ -304,7 +328,7 @@ func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box
 		}
 	}
 	n.publish(ctx, out)
-	return Result{Key: rec.Key}, nil
+	return res, nil
 }
 
 func (n *Node) publish(ctx context.Context, rec *cmb.Record) {
@@ -418,12 +442,28 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 	return q, nil
 }
 
-func (n *Node) put(ctx context.Context, rec *cmb.Record, m store.Meta) (bool, error) {
-	_, dup, err := n.st.Put(ctx, entryOf(rec), m)
-	if err != nil {
-		return false, fmt.Errorf("store %s: %w", rec.Key, err)
+// keep stores a checked record durably. A duplicate is answered as
+// Result says: another author's record of held content is kept as an
+// assertion (assertOther), a forgotten key stores nothing.
+func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m}})
+	if err == nil {
+		err = rs[0].Err
 	}
-	return dup, nil
+	if err != nil {
+		return Result{}, fmt.Errorf("store %s: %w", rec.Key, err)
+	}
+	r := rs[0]
+	res := Result{Key: rec.Key, Duplicate: r.Duplicate, Forgotten: r.Forgotten}
+	if !r.Duplicate || r.Forgotten {
+		return res, nil
+	}
+	same, asserted, err := n.assertOther(ctx, rec, r.Record)
+	if err != nil {
+		return Result{}, err
+	}
+	res.SameAuthor, res.Asserted = &same, asserted
+	return res, nil
 }
 
 func entryOf(rec *cmb.Record) store.Entry {

@@ -16,13 +16,16 @@ import (
 )
 
 // fakeMesh records what the node publishes.
-type fakeMesh struct{ published []*cmb.Record }
+type fakeMesh struct {
+	published []*cmb.Record
+	peers     []PeerInfo
+}
 
 func (f *fakeMesh) Publish(_ context.Context, r *cmb.Record) error {
 	f.published = append(f.published, r)
 	return nil
 }
-func (f *fakeMesh) Peers() []PeerInfo { return nil }
+func (f *fakeMesh) Peers() []PeerInfo { return f.peers }
 func (f *fakeMesh) PeerID() string    { return "12D3KooWfake" }
 func (f *fakeMesh) Addrs() []string   { return []string{"/ip4/127.0.0.1/tcp/1/p2p/12D3KooWfake"} }
 

@@ -120,6 +120,9 @@ type Stored struct {
 	// KeyConfirmed is false when the author's key is known only from the
 	// gossiped frames that carried its records: lower provenance.
 	KeyConfirmed bool
+	// Assertions are other authors' signed records of the same content
+	// (same key), oldest first.
+	Assertions []Assertion
 }
 
 // ErrQuarantined is wrapped (with ErrNotFound) when a record is held but
@@ -129,6 +132,9 @@ var ErrQuarantined = errors.New("quarantined")
 // Get returns one held record exactly as received. A quarantined record is
 // not surfaced: the error wraps ErrNotFound and ErrQuarantined.
 func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
+	if n.st.IsForgotten(key) {
+		return nil, forgottenErr(key)
+	}
 	r, err := n.st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no record %s", ErrNotFound, key)
@@ -143,8 +149,12 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stored record %s does not decode: %w", key, err)
 	}
+	as, err := n.assertions(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	return &Stored{Record: rec, Raw: r.Raw, StoredAt: r.Meta.StoredAt, Source: r.Meta.Source, Directed: r.Meta.Directed,
-		KeyConfirmed: n.KeyConfirmed(ctx, rec.CreatedBy, r.Meta.Source)}, nil
+		KeyConfirmed: n.KeyConfirmed(ctx, rec.CreatedBy, r.Meta.Source), Assertions: as}, nil
 }
 
 // KeyConfirmed reports whether a held record's author key came from an
@@ -183,6 +193,9 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	if depth <= 0 || depth > MaxLineageDepth {
 		depth = MaxLineageDepth
 	}
+	if n.st.IsForgotten(key) {
+		return LineageResult{}, forgottenErr(key)
+	}
 	if ok, err := n.st.Has(ctx, key); err != nil {
 		return LineageResult{}, err
 	} else if !ok || n.st.IsQuarantined(key) {
@@ -198,12 +211,12 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	}
 	res := LineageResult{Key: key, Ancestors: make([]string, 0, len(anc)), Descendants: make([]string, 0, len(desc))}
 	for _, a := range anc {
-		if !n.st.IsQuarantined(a.Key) {
+		if !n.st.IsHidden(a.Key) {
 			res.Ancestors = append(res.Ancestors, a.Key)
 		}
 	}
 	for _, d := range desc {
-		if !n.st.IsQuarantined(d.Key) {
+		if !n.st.IsHidden(d.Key) {
 			res.Descendants = append(res.Descendants, d.Key)
 		}
 	}
@@ -223,9 +236,12 @@ type Status struct {
 	Peers           int      `json:"peers"`
 	CMBs            int      `json:"cmbs"`
 	PublicKey       string   `json:"publicKey"`
-	Counters        Snapshot `json:"counters"`
-	Listeners       int      `json:"listeners"`
-	Dropped         int64    `json:"listenersDropped"`
+	// E2EPublicKey is this node's X25519 key as its handshake presents it
+	// (e2ePublicKey: base64 DER), to compare with what peers show.
+	E2EPublicKey string   `json:"e2ePublicKey"`
+	Counters     Snapshot `json:"counters"`
+	Listeners    int      `json:"listeners"`
+	Dropped      int64    `json:"listenersDropped"`
 	// Quarantined lists records held but not surfaced because the author
 	// key they were admitted under was replaced by a handshake.
 	Quarantined []string `json:"quarantined"`
@@ -236,7 +252,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		Version: n.version, ProtocolVersion: cmb.ProtocolVersion,
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
-		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), Counters: n.Counters.Snapshot(),
+		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), E2EPublicKey: n.id.E2EPublicKeyDER(), Counters: n.Counters.Snapshot(),
 		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),
 	}
 	if m := n.getMesh(); m != nil {
@@ -247,12 +263,36 @@ func (n *Node) Status() Status {
 	return s
 }
 
-// Peers lists handshaken peers (none while the node runs alone).
+// Peers lists handshaken peers (none while the node runs alone), each
+// address a dialable multiaddr ending in /p2p/<peerId> (what --bootstrap
+// takes), with the peer's X25519 key from the roster.
 func (n *Node) Peers() []PeerInfo {
-	if m := n.getMesh(); m != nil {
-		if p := m.Peers(); p != nil {
-			return p
-		}
+	m := n.getMesh()
+	if m == nil {
+		return []PeerInfo{}
 	}
-	return []PeerInfo{}
+	ps := m.Peers()
+	out := make([]PeerInfo, 0, len(ps))
+	for _, p := range ps {
+		p.Addrs = dialable(p.Addrs, p.PeerID)
+		if p.E2EPublicKey == "" {
+			_, p.E2EPublicKey = n.FrameKeys(context.Background(), p.NodeID)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// dialable gives each address its /p2p/<peerId> component: the peerstore
+// keeps transport addresses only, and a dial (or --bootstrap) needs the
+// peer id to secure the connection.
+func dialable(addrs []string, peerID string) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if peerID != "" && !strings.Contains(a, "/p2p/") {
+			a += "/p2p/" + peerID
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -72,6 +72,9 @@ type RawRecord struct {
 // GetRaw returns one held record without decoding it. A record not held,
 // or quarantined, is an error wrapping ErrNotFound (and ErrQuarantined).
 func (n *Node) GetRaw(ctx context.Context, key string) (RawRecord, error) {
+	if n.st.IsForgotten(key) {
+		return RawRecord{}, forgottenErr(key)
+	}
 	r, err := n.st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return RawRecord{}, fmt.Errorf("%w: no record %s", ErrNotFound, key)
@@ -98,13 +101,13 @@ func (n *Node) AuthorName(ctx context.Context, author string) string {
 }
 
 // Children lists the held records naming key as a direct parent, leaving
-// out quarantined ones.
+// out hidden ones (quarantined, or forgotten and kept for lineage).
 func (n *Node) Children(ctx context.Context, key string) ([]string, error) {
 	c, err := n.st.Children(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("children of %s: %w", key, err)
 	}
-	return slices.DeleteFunc(c, n.st.IsQuarantined), nil
+	return slices.DeleteFunc(c, n.st.IsHidden), nil
 }
 
 // Purge applies retention: records older than olderThan go, unless they

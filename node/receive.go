@@ -34,8 +34,11 @@ type Checked struct {
 	Source    Source
 	Directed  bool
 	Decrypted bool
-	// Duplicate is true when the store already holds the key.
+	// Duplicate is true when the store already holds the key (or forgot
+	// it). Asserted: the held record is another author's, and this one
+	// was kept as that author's assertion of the content (assert.go).
 	Duplicate bool
+	Asserted  bool
 	// KeyConfirmed is true when the author key the record verified against
 	// came from an authenticated source (our identity, a handshake, a local
 	// agent), not only from the gossiped frame.
@@ -148,7 +151,8 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 		return nil, err
 	}
 	c.Record = rec
-	if c.Duplicate, err = n.st.Has(ctx, rec.Key); err != nil {
+	// A forgotten key counts as held: it is never accepted again.
+	if c.Duplicate, err = n.Has(ctx, rec.Key); err != nil {
 		return nil, err
 	}
 	if !c.Duplicate {
@@ -169,6 +173,20 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if !unsigned {
 		if err := n.st.MarkSigned(ctx, rec.CreatedBy); err != nil {
 			return nil, err
+		}
+	}
+	if c.Duplicate {
+		// The key is held: if by another author, this valid record is
+		// that author's assertion of the same content, kept here, since
+		// the mesh does not Accept duplicates.
+		held, ok, err := n.heldFor(ctx, rec.Key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if _, c.Asserted, err = n.assertOther(ctx, rec, held); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return c, nil
@@ -266,11 +284,11 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	if src == "" {
 		src = c.Source.PeerID
 	}
-	dup, err := n.put(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed})
+	res, err := n.keep(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed})
 	if err != nil {
 		return false, err
 	}
-	if dup {
+	if res.Duplicate {
 		n.Counters.Duplicates.Add(1)
 		return true, nil
 	}

@@ -55,13 +55,13 @@ func (n *Node) Serve(ctx context.Context, key, requester string) (_ ServedRecord
 }
 
 // servable is the rule for what requester may receive: nothing of another
-// group, nothing quarantined (it is surfaced nowhere), and a directed record
+// group, nothing quarantined or forgotten (surfaced nowhere), and a directed record
 // only for its recipient and only when it was authored on this machine (by
 // the node or a local agent) — only there and at the recipient is it held,
 // and there it is kept in clear, so it can be sealed. A relay holds a
 // directed record only sealed for someone else.
 func (n *Node) servable(r store.Record, requester string) bool {
-	if r.Group != n.group || r.Meta.Quarantined {
+	if r.Group != n.group || r.Meta.Quarantined || r.Meta.Forgotten {
 		return false
 	}
 	if r.To == "" {
@@ -124,9 +124,13 @@ func (n *Node) Digest(ctx context.Context, from, to, widthMs int64) ([]Bucket, e
 	return bs, nil
 }
 
-// Has reports whether the store holds key, quarantined or not: a held key is
-// never fetched again, so a quarantined record is not re-admitted.
+// Has reports whether the store holds key, quarantined or not, or forgot
+// it: a held key is never fetched again, so neither a quarantined record
+// nor a forgotten one is re-admitted by fetch, catch-up or gossip.
 func (n *Node) Has(ctx context.Context, key string) (bool, error) {
+	if n.st.IsForgotten(key) {
+		return true, nil
+	}
 	return n.st.Has(ctx, key)
 }
 

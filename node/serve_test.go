@@ -48,7 +48,7 @@ func TestServedRecordRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alice.put(ctx, other, store.Meta{Source: "test", Verified: true}); err != nil {
+	if _, err := alice.keep(ctx, other, store.Meta{Source: "test", Verified: true}); err != nil {
 		t.Fatal(err)
 	}
 	quarantined, err := alice.Remember(ctx, RememberInput{Fields: fields("admitted under a replaced key")})
@@ -122,7 +122,7 @@ func TestServedRecordRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alice.put(ctx, carolToBob, store.Meta{Source: "test", Verified: true, Directed: true}); err != nil {
+	if _, err := alice.keep(ctx, carolToBob, store.Meta{Source: "test", Verified: true, Directed: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := serve(carolToBob.Key, bobID); ok {

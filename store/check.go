@@ -41,8 +41,10 @@ type recSummary struct {
 	at     int64 // Store.orderAt
 	group  string
 	author string
-	// quarantined records are in no order and not in the text index.
+	// quarantined and forgotten records are in no order and not in the
+	// text index.
 	quarantined bool
+	forgotten   bool
 	parents     map[string]struct{}
 	refs        map[string]struct{}
 }
@@ -99,9 +101,9 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 			at := s.orderAt(&rec)
 			sum := &recSummary{at: at, group: rec.Group, author: rec.CreatedBy,
-				quarantined: rec.Meta.Quarantined, parents: set(rec.Parents), refs: set(refTargets(&rec.Entry))}
+				quarantined: rec.Meta.Quarantined, forgotten: rec.Meta.Forgotten, parents: set(rec.Parents), refs: set(refTargets(&rec.Entry))}
 			recs[key] = sum
-			if !sum.quarantined {
+			if !sum.quarantined && !sum.forgotten {
 				rebuilt.addLocked(key, at, rec.Group, s.idx.analyze(rec.Texts))
 			}
 			for _, k := range indexKeys(&rec.Entry) {
@@ -126,6 +128,51 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 			it.Close()
 		}
+
+		// Tombstones: a record kept under one is hidden (Forgotten), and
+		// the in-memory set agrees with them; a hidden record has one.
+		tombs := map[string]struct{}{}
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pTomb}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := string(it.Item().Key()[1:])
+			tombs[k] = struct{}{}
+			if r := recs[k]; r != nil && !r.forgotten {
+				add("record %s is forgotten (tombstone) but not hidden", k)
+			}
+		}
+		it.Close()
+		for k, r := range recs {
+			if _, ok := tombs[k]; r.forgotten && !ok {
+				add("record %s is hidden as forgotten but has no tombstone", k)
+			}
+		}
+		s.trust.mu.RLock()
+		diffSets(s.trust.forgotten, tombs, "forgotten key", add)
+		s.trust.mu.RUnlock()
+
+		// Assertions: each names a held record of another author.
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pAssert}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			body := it.Item().Key()[1:]
+			i := bytes.IndexByte(body, 0)
+			if i < 0 {
+				add("assertion entry %q is malformed", body)
+				continue
+			}
+			key, author := string(body[:i]), string(body[i+1:])
+			r := recs[key]
+			switch {
+			case r == nil:
+				add("assertion of %s by %s names a missing record", key, author)
+			case r.author == author:
+				add("assertion of %s by %s repeats the record's own author", key, author)
+			case r.forgotten:
+				add("assertion of %s by %s outlived its forgotten record", key, author)
+			case it.Item().ValueSize() == 0:
+				add("assertion of %s by %s is empty", key, author)
+			}
+		}
+		it.Close()
 
 		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{pPeer}})
 		defer it.Close()
@@ -221,6 +268,19 @@ func describeKey(k []byte) string {
 	return fmt.Sprintf("%s index entry %q", name, body)
 }
 
+func diffSets(got, want map[string]struct{}, what string, add func(string, ...any)) {
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			add("%s %s missing in memory", what, k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			add("%s %s is stray in memory", what, k)
+		}
+	}
+}
+
 func diffMaps(got, want map[string]string, what string, add func(string, ...any)) {
 	for k, w := range want {
 		g, ok := got[k]
@@ -242,7 +302,7 @@ func diffMaps(got, want map[string]string, what string, add func(string, ...any)
 func checkOrder(o *orderIndex, recs map[string]*recSummary, add func(string, ...any)) {
 	want := newOrderIndex()
 	for k, r := range recs {
-		if !r.quarantined {
+		if !r.quarantined && !r.forgotten {
 			want.add(k, r.at, r.group, r.author)
 		}
 	}

@@ -18,6 +18,8 @@ const (
 	pPeer     = 'P' // P nodeId                       → peer JSON
 	pMeta     = 'M' // M name                         → store metadata
 	pSigner   = 'S' // S author                       → 1 (author has signed)
+	pTomb     = 'T' // T key                          → forgottenAt (varint ms): forgotten here
+	pAssert   = 'A' // A key 0 author                 → that author's signed record (same key, another author)
 	recFormat = 1
 
 	maxKeyLen = 256
@@ -117,6 +119,7 @@ const (
 	flDirected
 	flKept
 	flQuarantined
+	flForgotten
 )
 
 // encodeRecord lays a record out as: format, flags, storedAt, source,
@@ -165,6 +168,9 @@ func metaFlags(m Meta) byte {
 	}
 	if m.Quarantined {
 		f |= flQuarantined
+	}
+	if m.Forgotten {
+		f |= flForgotten
 	}
 	return f
 }
@@ -265,6 +271,7 @@ func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
 	rec.Meta.Directed = fl&flDirected != 0
 	rec.Meta.Kept = fl&flKept != 0
 	rec.Meta.Quarantined = fl&flQuarantined != 0
+	rec.Meta.Forgotten = fl&flForgotten != 0
 	rec.CreatedBy = r.str()
 	rec.CreatedAt = r.varint()
 	rec.Group = r.str()

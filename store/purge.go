@@ -211,6 +211,10 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		for _, k := range indexKeys(&rec.Entry) {
 			t.del(k)
 		}
+		// Other authors' assertions of it go with it.
+		for _, k := range t.keysWithPrefix(edgePrefix(pAssert, key)) {
+			t.del(k)
+		}
 		*deleted = true
 		t.count(-1)
 		at := s.orderAt(&rec)

@@ -64,6 +64,9 @@ type Meta struct {
 	Kept bool
 	// Quarantined records are kept but not surfaced (Quarantine).
 	Quarantined bool
+	// Forgotten records were forgotten here while other held records'
+	// lineage named them: kept, hidden, for that lineage (Forget).
+	Forgotten bool
 }
 
 // Record is a stored entry with its local metadata.
@@ -323,6 +326,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading signers: %w", err))
 	}
+	if err := s.loadTombstones(); err != nil {
+		s.log.close()
+		db.Close()
+		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading tombstones: %w", err))
+	}
 	go s.writer()
 	return s, nil
 }
@@ -558,6 +566,9 @@ func (s *Store) load(ctx context.Context) error {
 		if rec.Meta.Quarantined {
 			s.trust.quarantined[rec.Key] = struct{}{}
 			return nil
+		}
+		if rec.Meta.Forgotten {
+			return nil // in s.trust.forgotten through its tombstone (loadTombstones)
 		}
 		at := s.orderAt(&rec)
 		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)

@@ -17,10 +17,12 @@ type trustState struct {
 	mu          sync.RWMutex
 	quarantined map[string]struct{}
 	signers     map[string]struct{}
+	// forgotten holds every tombstoned key (Forget), held hidden or not.
+	forgotten map[string]struct{}
 }
 
 func newTrustState() *trustState {
-	return &trustState{quarantined: map[string]struct{}{}, signers: map[string]struct{}{}}
+	return &trustState{quarantined: map[string]struct{}{}, signers: map[string]struct{}{}, forgotten: map[string]struct{}{}}
 }
 
 func signerKey(author string) []byte { return append([]byte{pSigner}, author...) }

@@ -763,6 +763,9 @@ type Item struct {
 type PutResult struct {
 	Record    Record
 	Duplicate bool
+	// Forgotten: the key was forgotten here (a duplicate that stored
+	// nothing; Record is the hidden record kept for lineage, or empty).
+	Forgotten bool
 	Err       error
 }
 
@@ -817,7 +820,8 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			// A key the writer does not know is new without a lookup.
 			var v []byte
 			found, err := false, error(nil)
-			if _, ok := t.w.known[rec.Key]; ok {
+			_, known := t.w.known[rec.Key]
+			if known {
 				v, found, err = t.get(rk)
 			}
 			if err != nil {
@@ -828,8 +832,20 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%w: decoding stored %s: %v", ErrCorrupted, rec.Key, err)
 				}
-				r.Duplicate = true
+				r.Duplicate, r.Forgotten = true, r.Record.Meta.Forgotten
 				return nil, nil
+			}
+			if known {
+				// A forgotten key stays known: its tombstone makes the
+				// put a duplicate that stores nothing (forget.go).
+				_, tomb, err := t.get(tombKey(rec.Key))
+				if err != nil {
+					return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
+				}
+				if tomb {
+					r.Duplicate, r.Forgotten = true, true
+					return nil, nil
+				}
 			}
 			t.set(rk, val)
 			for _, k := range ikeys {

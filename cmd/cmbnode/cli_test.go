@@ -130,10 +130,11 @@ func TestCLIAgainstADaemon(t *testing.T) {
 		{[]string{"remember", "--focus", "x", "--valence", "2"}, 2, "[-1, 1]"},
 		{[]string{"recall"}, 2, "give a query"},
 		{[]string{"get"}, 2, "give one key"},
-		{[]string{"get", "not-a-key"}, 2, "not a CMB key"},
+		// The daemon resolves keys and prefixes (node.ResolveKey).
+		{[]string{"get", "not-a-key"}, 1, "neither a CMB key nor a key prefix"},
 		{[]string{"get", "cmb1-" + strings.Repeat("0", 64)}, 1, "(not_found)"},
 		{[]string{"remember", "--focus", "x", "--parent", "cmb1-" + strings.Repeat("1", 64)}, 1, "(not_found)"},
-		{[]string{"remember", "--focus", "x", "--to", "nobody"}, 1, "(bad_request)"},
+		{[]string{"remember", "--focus", "x", "--to", "nobody"}, 1, `no peer named "nobody"`},
 		{[]string{"status", "extra"}, 2, "unexpected argument"},
 	} {
 		r := call(c.args...)

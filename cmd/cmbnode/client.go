@@ -153,6 +153,7 @@ func cmdStatus(e *env, args []string) error {
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
+	fmt.Fprintf(tw, "x25519\t%s\n", st.E2EPublicKey)
 	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", sock, st.SocketClients)
 	c := st.Counters
 	fmt.Fprintf(tw, "authored\t%d\n", c.Authored)
@@ -191,14 +192,36 @@ func cmdPeers(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no peers")
 		return nil
 	}
+	// One block per peer, every address whole: each is a dialable
+	// multiaddr ending in /p2p/<peerId>, to paste into --bootstrap.
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tVERSION\tADDRS")
-	for _, p := range r.Peers {
+	for i, p := range r.Peers {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
 		v := "MMP " + p.Version
 		if p.Build != "" {
 			v = p.Build + " (" + v + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(v, 40), truncate(strings.Join(p.Addrs, ","), 60))
+		fmt.Fprintf(tw, "node\t%s (%s)\n", p.NodeID, truncate(p.Name, 64))
+		fmt.Fprintf(tw, "group\t%s\n", p.Group)
+		fmt.Fprintf(tw, "version\t%s\n", truncate(v, 60))
+		fmt.Fprintf(tw, "peerId\t%s\n", p.PeerID)
+		x := p.E2EPublicKey
+		if x == "" {
+			x = "-"
+		}
+		fmt.Fprintf(tw, "x25519\t%s\n", x)
+		if len(p.Addrs) == 0 {
+			fmt.Fprintf(tw, "addrs\t-\n")
+		}
+		for j, a := range p.Addrs {
+			label := ""
+			if j == 0 {
+				label = "addrs"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", label, a)
+		}
 	}
 	return tw.Flush()
 }
@@ -226,7 +249,7 @@ func (f *floatFlag) Set(s string) error {
 }
 
 func cmdRemember(e *env, args []string) error {
-	fs := newFlags(e, "remember", "remember --focus T [--issue T] [--intent T] [--motivation T] [--commitment T] [--perspective T] [--mood T] [--valence F] [--arousal F] [--parent KEY]… [--to NODEID] [--home DIR] [--json]")
+	fs := newFlags(e, "remember", "remember --focus T [--issue T] [--intent T] [--motivation T] [--commitment T] [--perspective T] [--mood T] [--valence F] [--arousal F] [--parent KEY]… [--to PEER] [--home DIR] [--json]")
 	home, asJSON := clientFlags(fs)
 	texts := map[string]*string{}
 	for _, name := range cmb.FieldNames {
@@ -236,8 +259,8 @@ func cmdRemember(e *env, args []string) error {
 	fs.Var(&valence, "valence", "mood valence in [-1, 1]")
 	fs.Var(&arousal, "arousal", "mood arousal in [-1, 1]")
 	var parents listFlag
-	fs.Var(&parents, "parent", "key of a record this one builds on (repeatable)")
-	to := fs.String("to", "", "recipient nodeId: seal the record for that node only")
+	fs.Var(&parents, "parent", "key, or unique key prefix, of a record this one builds on (repeatable)")
+	to := fs.String("to", "", "recipient: a nodeId, or the name of a peer (unique among peers); seal the record for that node only")
 	rest, err := e.parse(fs, args)
 	if err != nil {
 		return err
@@ -277,7 +300,13 @@ func cmdRemember(e *env, args []string) error {
 		return writeJSON(e.stdout, res)
 	}
 	fmt.Fprintln(e.stdout, res.Key)
-	if res.Duplicate {
+	switch {
+	case !res.Duplicate:
+	case res.Forgotten:
+		fmt.Fprintln(e.stderr, "cmbnode remember: this memory was forgotten on this node; nothing was stored")
+	case res.SameAuthor != nil && !*res.SameAuthor:
+		fmt.Fprintln(e.stderr, "cmbnode remember: another author's record of the same text is held under this key; this node's is kept beside it as an assertion (see cmbnode get)")
+	default:
 		fmt.Fprintln(e.stderr, "cmbnode remember: the node already held this record")
 	}
 	return nil
@@ -343,18 +372,22 @@ func cmdRecall(e *env, args []string) error {
 	return tw.Flush()
 }
 
+// keyArg reads the one KEY argument: a full key or a unique prefix of one
+// (git-style, at least 4 hex digits, "cmb1-" optional), which the daemon
+// resolves against what it holds (node.ResolveKey).
 func keyArg(rest []string, cmd string) (string, error) {
 	if len(rest) != 1 {
-		return "", usagef("give one key, e.g. cmbnode %s cmb1-…", cmd)
+		return "", usagef("give one key or a unique key prefix, e.g. cmbnode %s cmb1-997a0e72", cmd)
 	}
-	if cmb.SchemeOf(rest[0]) == cmb.SchemeUnknown {
-		return "", usagef("%q is not a CMB key (cmb1-… or cmb-…)", rest[0])
+	ref := strings.TrimSpace(rest[0])
+	if ref == "" {
+		return "", usagef("the key is empty")
 	}
-	return rest[0], nil
+	return ref, nil
 }
 
 func cmdGet(e *env, args []string) error {
-	fs := newFlags(e, "get", "get [--home DIR] [--json] KEY")
+	fs := newFlags(e, "get", "get [--home DIR] [--json] KEY|PREFIX")
 	home, asJSON := clientFlags(fs)
 	rest, err := e.parse(fs, args)
 	if err != nil {
@@ -403,6 +436,13 @@ func cmdGet(e *env, args []string) error {
 	if !g.KeyConfirmed {
 		fmt.Fprintf(tw, "authorKey\tunconfirmed (known only from gossip, never from a handshake)\n")
 	}
+	for i, a := range g.Assertions {
+		label := ""
+		if i == 0 {
+			label = "alsoBy"
+		}
+		fmt.Fprintf(tw, "%s\t%s, %s (their own signed record of the same text; --json has it)\n", label, a.CreatedBy, relTime(time.UnixMilli(a.CreatedAt), now))
+	}
 	if rec.IsSealed() {
 		fmt.Fprintf(tw, "fields\t(sealed)\n")
 	} else {
@@ -426,7 +466,7 @@ func cmdGet(e *env, args []string) error {
 }
 
 func cmdLineage(e *env, args []string) error {
-	fs := newFlags(e, "lineage", "lineage [--depth N] [--home DIR] [--json] KEY")
+	fs := newFlags(e, "lineage", "lineage [--depth N] [--home DIR] [--json] KEY|PREFIX")
 	home, asJSON := clientFlags(fs)
 	depth := fs.Int("depth", 0, "hops to walk each way (0: all)")
 	rest, err := e.parse(fs, args)
@@ -453,13 +493,14 @@ func cmdLineage(e *env, args []string) error {
 		return printPayload(e.stdout, raw)
 	}
 	var l struct {
+		Key         string   `json:"key"`
 		Ancestors   []string `json:"ancestors"`
 		Descendants []string `json:"descendants"`
 	}
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return fmt.Errorf("daemon sent an unreadable lineage: %w", err)
 	}
-	fmt.Fprintln(e.stdout, key)
+	fmt.Fprintln(e.stdout, l.Key) // resolved from a prefix
 	now := time.Now()
 	for _, part := range []struct {
 		name string

@@ -62,6 +62,8 @@ func commands() []command {
 		{"recall", "ranked search over stored CMBs", cmdRecall},
 		{"get", "show one stored CMB", cmdGet},
 		{"lineage", "show a CMB's ancestors and descendants", cmdLineage},
+		{"list", "list the newest CMBs (no query needed)", cmdList},
+		{"forget", "forget a CMB on this node only (a local tombstone)", cmdForget},
 		{"mcp", "serve Model Context Protocol over stdio (for LLM hosts)", cmdMCP},
 		{"export", "write the held records, signed and with their authors' keys, as NDJSON", cmdExport},
 		{"import", "verify and store the records of an export read from stdin", cmdImport},

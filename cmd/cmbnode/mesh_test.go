@@ -149,9 +149,9 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 // and deliver, as plain MMP nodes would; each warns that the group is open.
 func TestPublicDaemons(t *testing.T) {
 	dir := t.TempDir()
-	p1 := startDaemon(t, filepath.Join(dir, "p1"), "--group", "open", "--public")
+	p1 := startDaemon(t, filepath.Join(dir, "p1"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0")
 	c1 := dialDaemon(t, p1)
-	p2 := startDaemon(t, filepath.Join(dir, "p2"), "--group", "open", "--public", "--bootstrap", status(t, c1).Addrs[0])
+	p2 := startDaemon(t, filepath.Join(dir, "p2"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", status(t, c1).Addrs[0])
 	c2 := dialDaemon(t, p2)
 	waitFor(t, "public daemons meet", 30*time.Second, func() bool { return status(t, c2).Peers == 1 })
 	res, err := c1.Remember(context.Background(), ipc.RememberArgs{Fields: map[string]any{"focus": "public note"}})

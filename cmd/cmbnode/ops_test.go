@@ -233,7 +233,7 @@ func TestVersionInStatusAndPeers(t *testing.T) {
 		t.Fatalf("peers --json: %+v", r)
 	}
 	r = bin(t, "", "peers", "--home", b.home)
-	if want := v.Version + " (MMP " + cmb.ProtocolVersion + ")"; r.code != 0 || !strings.Contains(r.stdout, "VERSION") || !strings.Contains(r.stdout, want) {
+	if want := v.Version + " (MMP " + cmb.ProtocolVersion + ")"; r.code != 0 || !strings.Contains(r.stdout, "version") || !strings.Contains(r.stdout, want) {
 		t.Fatalf("peers lacks %q: %+v", want, r)
 	}
 }

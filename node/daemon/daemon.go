@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"cmbnode/group"
+	"cmbnode/internal/logx"
 	"cmbnode/node"
 	"cmbnode/node/cgp"
 	"cmbnode/node/cgpnode"
@@ -475,10 +476,12 @@ func NewLogger(w io.Writer, asJSON bool, level string) *slog.Logger {
 		lv = slog.LevelError
 	}
 	o := &slog.HandlerOptions{Level: lv}
+	// Components nest their loggers (mesh, then pubsub inside it): each
+	// line keeps one component key, the innermost.
 	if asJSON {
-		return slog.New(slog.NewJSONHandler(w, o))
+		return slog.New(logx.OneComponent(slog.NewJSONHandler(w, o)))
 	}
-	return slog.New(slog.NewTextHandler(w, o))
+	return slog.New(logx.OneComponent(slog.NewTextHandler(w, o)))
 }
 
 // ErrNoStore: the home holds no store to check.

@@ -114,14 +114,36 @@ func DefaultHome() (string, error) {
 	return filepath.Join(u, ".cmbnode"), nil
 }
 
-// DefaultName derives a display name from the hostname, falling back to
-// "cmbnode" when there is none or it is not a valid name.
-func DefaultName() string {
-	h, err := os.Hostname()
-	if err != nil {
-		return fallbackName
+// DefaultName is the display name a node gets when none is given: the
+// hostname (or "cmbnode" when there is none or it is not a valid name)
+// and a short id, "vm-1a2b", so that the nodes of a lab whose machines
+// share a hostname still tell apart in status and peers. The short id is
+// the last 4 hex digits of nodeID: a nodeId is a UUIDv7, whose leading
+// digits are its creation time (the same for weeks) and whose last ones
+// are random. A name given explicitly is kept as it is.
+func DefaultName(nodeID string) string {
+	base := fallbackName
+	if h, err := os.Hostname(); err == nil {
+		base = nameFromHostname(h)
 	}
-	return nameFromHostname(h)
+	return withShortID(base, nodeID)
+}
+
+// withShortID appends "-" and the last 4 hex digits of nodeID to base,
+// cutting base (on a rune boundary) so the whole stays a valid name.
+func withShortID(base, nodeID string) string {
+	hex := strings.ReplaceAll(nodeID, "-", "")
+	if len(hex) < 4 {
+		return base
+	}
+	suffix := "-" + hex[len(hex)-4:]
+	if max := cmb.MaxNameBytes - len(suffix); len(base) > max {
+		for max > 0 && !utf8.RuneStart(base[max]) {
+			max--
+		}
+		base = base[:max]
+	}
+	return base + suffix
 }
 
 func nameFromHostname(h string) string {
@@ -141,19 +163,21 @@ func nameFromHostname(h string) string {
 }
 
 // Create mints a new identity and writes it to home, creating home (0700)
-// if needed. An empty name means DefaultName. random supplies key material
+// if needed. An empty name means DefaultName of the new nodeId. random supplies key material
 // and the nodeId's random bits (nil means crypto/rand). Create never replaces
 // an existing identity file.
 func Create(home, name string, random io.Reader) (*Identity, error) {
-	if name == "" {
-		name = DefaultName()
-	}
-	if err := cmb.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("create identity: %w", err)
+	if name != "" {
+		if err := cmb.ValidateName(name); err != nil {
+			return nil, fmt.Errorf("create identity: %w", err)
+		}
 	}
 	id, err := generate(name, random, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("create identity: %w", err)
+	}
+	if id.Name == "" {
+		id.Name = DefaultName(id.NodeID)
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, fmt.Errorf("create identity: make home directory: %w", err)

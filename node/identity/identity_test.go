@@ -185,8 +185,19 @@ func TestCreateRejectsBadName(t *testing.T) {
 
 func TestCreateEmptyNameUsesDefault(t *testing.T) {
 	id := mustCreate(t, t.TempDir(), "")
-	if id.Name != identity.DefaultName() {
-		t.Errorf("name %q, want DefaultName %q", id.Name, identity.DefaultName())
+	if id.Name != identity.DefaultName(id.NodeID) {
+		t.Errorf("name %q, want DefaultName %q", id.Name, identity.DefaultName(id.NodeID))
+	}
+	hex := strings.ReplaceAll(id.NodeID, "-", "")
+	if !strings.HasSuffix(id.Name, "-"+hex[len(hex)-4:]) {
+		t.Errorf("default name %q does not end in the nodeId's short id", id.Name)
+	}
+	// Two nodes on one host get different default names; a given name is kept.
+	if other := mustCreate(t, t.TempDir(), ""); other.Name == id.Name {
+		t.Errorf("two default names are both %q", id.Name)
+	}
+	if named := mustCreate(t, t.TempDir(), "vm"); named.Name != "vm" {
+		t.Errorf("an explicit name became %q", named.Name)
 	}
 	if err := cmb.ValidateName(id.Name); err != nil {
 		t.Error(err)

@@ -24,3 +24,15 @@ func TestNameFromHostname(t *testing.T) {
 		}
 	}
 }
+
+func TestWithShortIDFitsAName(t *testing.T) {
+	id := "0198a2b4-79d8-7d64-9a71-0e01f73a1a2b"
+	if got := withShortID("vm", id); got != "vm-1a2b" {
+		t.Errorf("withShortID = %q, want vm-1a2b", got)
+	}
+	long := strings.Repeat("é", 32) // 64 bytes: the suffix needs the last 5
+	got := withShortID(long, id)
+	if len(got) > 64 || !strings.HasSuffix(got, "-1a2b") || got != strings.Repeat("é", 29)+"-1a2b" {
+		t.Errorf("withShortID(long) = %q (%d bytes)", got, len(got))
+	}
+}

@@ -303,6 +303,23 @@ type GetReply struct {
 	// KeyConfirmed is false when the author's key is known only from the
 	// gossiped frames that carried its records (lower provenance).
 	KeyConfirmed bool `json:"keyConfirmed"`
+	// Assertions are other authors' signed records of the same content
+	// (a cmb1- root key covers the fields, not the author), oldest first.
+	Assertions []AssertionReply `json:"assertions"`
+}
+
+// AssertionReply is one other author's record of a held record's content.
+type AssertionReply struct {
+	CreatedBy string          `json:"createdBy"`
+	CreatedAt int64           `json:"createdAt"`
+	CMB       json.RawMessage `json:"cmb"`
+}
+
+// Forget forgets a record on the daemon's node (local only); key may be a
+// unique prefix.
+func (c *Client) Forget(ctx context.Context, key string) (node.ForgetResult, error) {
+	var r node.ForgetResult
+	return r, c.call(ctx, TypeForget, map[string]any{"key": key}, &r)
 }
 
 // Get fetches one record.

@@ -30,6 +30,7 @@ type Node interface {
 	Export(ctx context.Context, q node.ExportQuery) (node.ExportPage, error)
 	Import(ctx context.Context, lines []node.ExportLine) (node.ImportResult, error)
 	CheckStore(ctx context.Context) (node.CheckResult, error)
+	Forget(ctx context.Context, ref string) (node.ForgetResult, error)
 }
 
 // CGPHandler answers the socket's `query` and `verify` requests with the CGP
@@ -142,7 +143,19 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if err != nil {
 			return nil, err
 		}
-		return GetReply{CMB: s.Raw, Source: s.Source, StoredAt: s.StoredAt.UnixMilli(), Directed: s.Directed, KeyConfirmed: s.KeyConfirmed}, nil
+		as := make([]AssertionReply, len(s.Assertions))
+		for i, a := range s.Assertions {
+			as[i] = AssertionReply{CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, CMB: a.CMB}
+		}
+		return GetReply{CMB: s.Raw, Source: s.Source, StoredAt: s.StoredAt.UnixMilli(), Directed: s.Directed, KeyConfirmed: s.KeyConfirmed, Assertions: as}, nil
+	case TypeForget:
+		// The key is resolved by the node (a unique prefix works), which
+		// forgets only records it holds.
+		ref, err := requiredKey(m)
+		if err != nil {
+			return nil, err
+		}
+		return n.Forget(ctx, ref)
 	case TypeLineage:
 		key, err := c.resolvedKey(ctx, m)
 		if err != nil {
@@ -192,7 +205,7 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 	case TypeCheck:
 		return n.CheckStore(ctx)
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, forget", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.

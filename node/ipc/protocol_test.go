@@ -217,7 +217,9 @@ func TestBadRequestsKeepTheConnection(t *testing.T) {
 		{`{"type":"remember","fields":{"focus":"x"},"parents":[{"nokey":1}]}`, CodeBadRequest},
 		{`{"type":"remember","fields":{"focus":"x"},"parents":["not-a-key"]}`, CodeBadRequest},
 		{`{"type":"remember","fields":{"focus":"x"},"parents":["cmb1-` + strings.Repeat("ab", 32) + `"]}`, CodeNotFound},
-		{`{"type":"remember","fields":{"focus":"x"},"to":"not-a-node"}`, CodeBadRequest},
+		{`{"type":"remember","fields":{"focus":"x"},"to":7}`, CodeBadRequest},
+		// A "to" that is no nodeId is a peer name; none is known here.
+		{`{"type":"remember","fields":{"focus":"x"},"to":"not-a-node"}`, CodeNotFound},
 		{`{"type":"remember","fields":{"focus":"x"},"to":"0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f"}`, CodeNotFound},
 		{`{"type":"recall","query":3}`, CodeBadRequest},
 		{`{"type":"recall","query":"x","limit":"ten"}`, CodeBadRequest},

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"cmbnode/cmb"
+	"cmbnode/internal/logx"
 	"cmbnode/node"
 	"cmbnode/node/groupkey"
 )
@@ -124,7 +126,10 @@ func (m *Mesh) startGossip() error {
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+groupkey.Overhead+64<<10),
-		pubsub.WithLogger(m.log.With("component", "pubsub")),
+		// pubsub warns per message about things that are routine under
+		// load (a delivery tag not bumped while the connection manager's
+		// queue is full), so its lines go through logx.Quiet.
+		pubsub.WithLogger(pubsubLogger(m.log)),
 		pubsub.WithRawTracer(m.drops),
 	)
 	if err != nil {
@@ -364,4 +369,16 @@ func (l *limiter) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// pubsubNoise are messages of go-libp2p-pubsub that are routine for this
+// daemon, however pubsub rates them: they are logged at DEBUG.
+var pubsubNoise = []string{
+	"error bumping delivery tag", // tag tracer: the connection manager's tag queue is full
+}
+
+// pubsubLogger is the logger handed to pubsub: its noise demoted to DEBUG
+// and any message repeated past a burst a minute held back and counted.
+func pubsubLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(logx.Quiet(l.With("component", "pubsub").Handler(), logx.QuietOptions{Demote: pubsubNoise}))
 }
