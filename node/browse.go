@@ -139,7 +139,7 @@ func (n *Node) Recent(ctx context.Context, o RecentOptions) ([]Memory, error) {
 	}
 	out := []Memory{}
 	err := n.st.Scan(ctx, w, func(kt store.KeyTime) error {
-		if n.st.IsQuarantined(kt.Key) {
+		if n.st.IsQuarantined(kt.Key) || n.Hidden(kt.Key) {
 			return nil
 		}
 		rec, err := n.record(ctx, kt.Key)

@@ -22,6 +22,7 @@ import (
 	"cmbnode/group"
 	"cmbnode/internal/opt"
 	"cmbnode/lineage"
+	"cmbnode/node/embed"
 	"cmbnode/node/events"
 	"cmbnode/node/identity"
 	"cmbnode/store"
@@ -49,6 +50,13 @@ type Options struct {
 	// Retriever, if set, adds its evidence to the text index's in Recall
 	// and SearchText (rank.go).
 	Retriever Retriever
+	// Encoder, if set, is the dense encoder: per-field vectors for every
+	// record, computed off the write paths, fused into ranking and used by
+	// SVAF (dense.go). Dense tunes its use.
+	Encoder embed.Encoder
+	Dense   DenseOptions
+	// SVAF tunes admission of received broadcast records (admission.go).
+	SVAF SVAFOptions
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -94,6 +102,9 @@ type Node struct {
 	allowUnsigned bool
 	version       string
 	retriever     Retriever
+	adm           *admission
+	dense         *denseIndex // nil without an encoder
+	names         *nameIndex
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
@@ -131,11 +142,15 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
-		retriever: opts.Retriever,
+		retriever: opts.Retriever, names: newNameIndex(),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
 		return nil, err
+	}
+	if err := n.openRecall(context.Background(), opts); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open node: %w", err)
 	}
 	return n, nil
 }
@@ -168,8 +183,12 @@ func (n *Node) pinSelf(ctx context.Context) error {
 // StoreDir is where a home keeps its badger store.
 func StoreDir(home string) string { return filepath.Join(home, "store") }
 
-// Close closes the store. Detach the mesh first.
-func (n *Node) Close() error { return n.st.Close() }
+// Close stops the dense encoder's worker and closes the store. Detach the
+// mesh first.
+func (n *Node) Close() error {
+	n.closeRecall()
+	return n.st.Close()
+}
 
 // AttachMesh connects the node to its group (nil detaches).
 func (n *Node) AttachMesh(m Mesh) {
@@ -385,6 +404,9 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 // ErrKeyConflict.
 func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
 	_, err := n.pinAuthor(ctx, store.Peer{NodeID: nodeID, Ed25519: ed, X25519: x, Name: name, Confirmed: true})
+	if err == nil && name != "" {
+		n.names.set(nodeID, name) // a rename counts from the next recall
+	}
 	return err
 }
 
@@ -419,9 +441,21 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 }
 
 func (n *Node) put(ctx context.Context, rec *cmb.Record, m store.Meta) (bool, error) {
-	_, dup, err := n.st.Put(ctx, entryOf(rec), m)
+	return n.putWith(ctx, rec, m, nil)
+}
+
+// putWith stores a record with annexes written in its own commit.
+func (n *Node) putWith(ctx context.Context, rec *cmb.Record, m store.Meta, annexes []store.ItemAnnex) (bool, error) {
+	res, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes}})
+	if err == nil {
+		err = res[0].Err
+	}
 	if err != nil {
 		return false, fmt.Errorf("store %s: %w", rec.Key, err)
+	}
+	dup := res[0].Duplicate
+	if !dup && n.dense != nil {
+		n.dense.enqueue(rec.Key) // never waits: the worker encodes it
 	}
 	return dup, nil
 }

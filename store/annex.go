@@ -136,3 +136,29 @@ func (s *Store) ScanAnnexes(ctx context.Context, ns string, fn func(key string, 
 	}
 	return nil
 }
+
+// ItemAnnex is an annex to write with a new record (Item.Annexes): in the
+// record's own commit, so the record is never durable without it. A
+// duplicate's annexes are not written.
+type ItemAnnex struct {
+	NS    string
+	Value []byte
+}
+
+func checkItemAnnexes(key string, as []ItemAnnex) error {
+	for _, a := range as {
+		if err := checkAnnex(a.NS, key, a.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setAnnexes writes a new record's annexes inside its put job.
+func setAnnexes(t *wtx, key string, as []ItemAnnex) {
+	for _, a := range as {
+		if a.Value != nil {
+			t.set(annexKey(a.NS, key), bytes.Clone(a.Value))
+		}
+	}
+}
