@@ -268,10 +268,11 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	}
 	// A broadcast record is judged before it is stored, so it is never its
 	// own anchor; a directed one is surfaced unconditionally (MMP §9.4) and
-	// carries no verdict.
+	// an imported one is this node's own memory restored: neither carries a
+	// verdict.
 	var v *verdictRecord
 	var annexes []store.ItemAnnex
-	if !c.Directed && !c.Duplicate {
+	if !c.Directed && !c.Duplicate && c.Source.Via != SourceImport {
 		jv, a, err := n.judge(ctx, c.Record)
 		if err != nil {
 			return false, err
@@ -294,6 +295,9 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 		Group: group.Normalize(c.Record.Group), Fields: FieldsView(&c.Record.Fields), Directed: c.Directed,
 		Decision: DecisionDirected, Via: c.Source.Via,
 	}
+	if !c.Directed {
+		ev.Decision = DecisionImported
+	}
 	if v != nil {
 		n.countVerdict(c.Record.Key, *v)
 		drift := v.Drift
@@ -303,9 +307,13 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	return false, nil
 }
 
-// DecisionDirected is the decision of a record directed to this node:
-// surfaced unconditionally, not judged by SVAF (MMP §9.4).
-const DecisionDirected = "directed"
+// Decisions of records SVAF does not judge: one directed to this node is
+// surfaced unconditionally (MMP §9.4); an imported one (Import) is this
+// node's own memory restored.
+const (
+	DecisionDirected = "directed"
+	DecisionImported = "imported"
+)
 
 // AcceptedEvent is the data of a cmb-accepted event, published for every
 // verified record stored, whatever SVAF decided (nothing is deleted):
