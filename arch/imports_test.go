@@ -71,6 +71,8 @@ var rules = []struct {
 	{"cmbnode/internal/logx", true, []string{"cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
 	{"cmbnode/lineage/walk", true, []string{"cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
 	{"cmbnode/lineage", false, []string{badger, libp2p, "cmbnode/node/..."}, "lineage reads through store's API, never badger"},
+	{"cmbnode/node/svaf", true, []string{"cmbnode/..."}, "the SVAF evaluator is arithmetic over vectors"},
+	{"cmbnode/node/embed", true, []string{"cmbnode/store", "cmbnode/node", "cmbnode/node/mesh", "cmbnode/lineage/...", badger, libp2p}, "encoders know no store, node or network library"},
 	{"cmbnode/store", true, []string{"cmbnode/node/...", "cmbnode/lineage/...", libp2p}, "the store knows no node, mesh or protocol adapter"},
 	{"cmbnode/node", false, []string{"cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/mesh", "cmbnode/node/ipc", "cmbnode/node/daemon", "cmbnode/node/metrics", "cmbnode/node/config", libp2p, badger}, "the core imports no adapter"},
 	{"cmbnode/node/mesh", false, []string{"cmbnode/store", "cmbnode/lineage/...", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/ipc", "cmbnode/node/daemon", "cmbnode/node/metrics", badger}, "the mesh goes through the node, and metrics read the mesh"},

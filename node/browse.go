@@ -144,7 +144,7 @@ func (n *Node) Recent(ctx context.Context, o RecentOptions) ([]Memory, error) {
 	}
 	out := []Memory{}
 	err := n.st.Scan(ctx, w, func(kt store.KeyTime) error {
-		if n.st.IsHidden(kt.Key) {
+		if n.st.IsHidden(kt.Key) || n.Hidden(kt.Key) {
 			return nil
 		}
 		rec, err := n.record(ctx, kt.Key)

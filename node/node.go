@@ -22,6 +22,7 @@ import (
 	"cmbnode/group"
 	"cmbnode/internal/opt"
 	"cmbnode/lineage"
+	"cmbnode/node/embed"
 	"cmbnode/node/events"
 	"cmbnode/node/identity"
 	"cmbnode/store"
@@ -49,6 +50,13 @@ type Options struct {
 	// Retriever, if set, adds its evidence to the text index's in Recall
 	// and SearchText (rank.go).
 	Retriever Retriever
+	// Encoder, if set, is the dense encoder: per-field vectors for every
+	// record, computed off the write paths, fused into ranking and used by
+	// SVAF (dense.go). Dense tunes its use.
+	Encoder embed.Encoder
+	Dense   DenseOptions
+	// SVAF tunes admission of received broadcast records (admission.go).
+	SVAF SVAFOptions
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -97,6 +105,9 @@ type Node struct {
 	allowUnsigned bool
 	version       string
 	retriever     Retriever
+	adm           *admission
+	dense         *denseIndex // nil without an encoder
+	names         *nameIndex
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
@@ -134,11 +145,15 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
-		retriever: opts.Retriever,
+		retriever: opts.Retriever, names: newNameIndex(),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
 		return nil, err
+	}
+	if err := n.openRecall(context.Background(), opts); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open node: %w", err)
 	}
 	return n, nil
 }
@@ -171,8 +186,12 @@ func (n *Node) pinSelf(ctx context.Context) error {
 // StoreDir is where a home keeps its badger store.
 func StoreDir(home string) string { return filepath.Join(home, "store") }
 
-// Close closes the store. Detach the mesh first.
-func (n *Node) Close() error { return n.st.Close() }
+// Close stops the dense encoder's worker and closes the store. Detach the
+// mesh first.
+func (n *Node) Close() error {
+	n.closeRecall()
+	return n.st.Close()
+}
 
 // AttachMesh connects the node to its group (nil detaches).
 func (n *Node) AttachMesh(m Mesh) {
@@ -409,6 +428,9 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 // ErrKeyConflict.
 func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
 	_, err := n.pinAuthor(ctx, store.Peer{NodeID: nodeID, Ed25519: ed, X25519: x, Name: name, Confirmed: true})
+	if err == nil && name != "" {
+		n.names.set(nodeID, name) // a rename counts from the next recall
+	}
 	return err
 }
 
@@ -442,11 +464,13 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 	return q, nil
 }
 
-// keep stores a checked record durably. A duplicate is answered as
-// Result says: another author's record of held content is kept as an
-// assertion (assertOther), a forgotten key stores nothing.
-func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta) (Result, error) {
-	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m}})
+// keep stores a checked record durably, with annexes written in its own
+// commit. A duplicate is answered as Result says: another author's record
+// of held content is kept as an assertion (assertOther), a forgotten key
+// stores nothing. A new record is queued for the dense encoder, which never
+// makes this wait.
+func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta, annexes ...store.ItemAnnex) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes}})
 	if err == nil {
 		err = rs[0].Err
 	}
@@ -455,7 +479,13 @@ func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta) (Result,
 	}
 	r := rs[0]
 	res := Result{Key: rec.Key, Duplicate: r.Duplicate, Forgotten: r.Forgotten}
-	if !r.Duplicate || r.Forgotten {
+	if !r.Duplicate {
+		if n.dense != nil {
+			n.dense.enqueue(rec.Key)
+		}
+		return res, nil
+	}
+	if r.Forgotten {
 		return res, nil
 	}
 	same, asserted, err := n.assertOther(ctx, rec, r.Record)

@@ -91,6 +91,14 @@ func (a rankedKey) compare(b rankedKey) int {
 // (the candidates considered), and records that are quarantined or gone by
 // the time they are read: callers skip those.
 func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time) ([]rankedKey, error) {
+	return n.rankWith(ctx, query, nil, limit, asOf)
+}
+
+// rankWith is rank with an optional query vector in the dense kernel (a CGP
+// query embedding); without one the dense index, if any, encodes query.
+// Records the surface policy hides (admission.go) are left out of the
+// result, but still lend their thread evidence.
+func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit int, asOf time.Time) ([]rankedKey, error) {
 	m := min(max(candidateFactor*limit, minCandidates), MaxRecall)
 	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights}
 	hits, err := n.st.Search(ctx, query, so)
@@ -115,6 +123,47 @@ func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time
 			}
 			own[e.Key] = max(own[e.Key], min(max(e.Similarity, 0), 1))
 		}
+	}
+
+	if n.dense != nil {
+		if qvec == nil {
+			qvec = n.encodeQuery(ctx, query)
+		}
+		if qvec != nil {
+			for _, e := range n.dense.search(qvec, m, asOf) {
+				if _, ok := own[e.Key]; !ok {
+					seeds = append(seeds, e.Key)
+				}
+				own[e.Key] = max(own[e.Key], e.Similarity)
+			}
+		}
+	}
+	// Records whose author the query names (names.go): their name evidence
+	// adds to their text relevance, capped at 1.
+	named, namedAt, err := n.authorMatches(ctx, query, asOf.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("author names: %w", err)
+	}
+	var nameOnly []string
+	for k := range named {
+		if _, ok := own[k]; !ok {
+			nameOnly = append(nameOnly, k)
+			at[k] = namedAt[k]
+		}
+	}
+	if len(nameOnly) > 0 {
+		slices.Sort(nameOnly)
+		rel, err := n.st.Relevance(ctx, query, nameOnly, so)
+		if err != nil {
+			return nil, fmt.Errorf("search: %w", err)
+		}
+		for _, k := range nameOnly {
+			own[k] = rel[k]
+		}
+		seeds = append(seeds, nameOnly...)
+	}
+	for k, e := range named {
+		own[k] = min(own[k]+e, 1)
 	}
 
 	// Each seed's thread neighbours, through the one lineage walk.
@@ -164,7 +213,7 @@ func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time
 			nb = max(nb, own[o])
 		}
 		r := (own[k] + NeighbourWeight*nb) / (1 + NeighbourWeight)
-		if r > 0 {
+		if r > 0 && !n.Hidden(k) {
 			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
 		}
 	}

@@ -28,10 +28,14 @@ type TextHit struct {
 // SearchText ranks held records against text by relevance, best first, at
 // most limit of them, hiding records created after asOf (zero means now).
 func (n *Node) SearchText(ctx context.Context, text string, limit int, asOf time.Time) ([]TextHit, error) {
+	return n.searchText(ctx, text, nil, limit, asOf)
+}
+
+func (n *Node) searchText(ctx context.Context, text string, qvec []float32, limit int, asOf time.Time) ([]TextHit, error) {
 	if asOf.IsZero() {
 		asOf = n.now()
 	}
-	ranked, err := n.rank(ctx, text, max(limit, 1), asOf)
+	ranked, err := n.rankWith(ctx, text, qvec, max(limit, 1), asOf)
 	if err != nil {
 		return nil, err
 	}

@@ -284,7 +284,22 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	if src == "" {
 		src = c.Source.PeerID
 	}
-	res, err := n.keep(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed})
+	// A broadcast record is judged before it is stored, so it is never its
+	// own anchor; a directed one is surfaced unconditionally (MMP §9.4) and
+	// an imported one is this node's own memory restored: neither carries a
+	// verdict.
+	var v *verdictRecord
+	var annexes []store.ItemAnnex
+	if !c.Directed && !c.Duplicate && c.Source.Via != SourceImport {
+		jv, a, err := n.judge(ctx, c.Record)
+		if err != nil {
+			return false, err
+		}
+		v, annexes = &jv, a
+	}
+	// The verdict is written in the record's own commit: a stored broadcast
+	// record always has its verdict.
+	res, err := n.keep(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed}, annexes...)
 	if err != nil {
 		return false, err
 	}
@@ -293,17 +308,37 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 		return true, nil
 	}
 	n.Counters.Accepted.Add(1)
-	n.bus.Publish(events.Event{Name: events.CMBAccepted, Data: AcceptedEvent{
+	ev := AcceptedEvent{
 		Key: c.Record.Key, Source: src, CreatedBy: c.Record.CreatedBy, CreatedAt: c.Record.CreatedAt,
 		Group: group.Normalize(c.Record.Group), Fields: FieldsView(&c.Record.Fields), Directed: c.Directed,
-		Decision: "admitted", Via: c.Source.Via,
-	}})
+		Decision: DecisionDirected, Via: c.Source.Via,
+	}
+	if !c.Directed {
+		ev.Decision = DecisionImported
+	}
+	if v != nil {
+		n.countVerdict(c.Record.Key, *v)
+		drift := v.Drift
+		ev.Decision, ev.Drift, ev.Nearest, ev.Hidden = string(v.Decision), &drift, v.Nearest, n.Hidden(c.Record.Key)
+	}
+	n.bus.Publish(events.Event{Name: events.CMBAccepted, Data: ev})
 	return false, nil
 }
 
-// AcceptedEvent is the data of a cmb-accepted event. cmbnode runs no SVAF
-// gate: every verified record is admitted, so decision is "admitted" and
-// drift is null (spec §14 A20 asks for both members).
+// Decisions of records SVAF does not judge: one directed to this node is
+// surfaced unconditionally (MMP §9.4); an imported one (Import) is this
+// node's own memory restored.
+const (
+	DecisionDirected = "directed"
+	DecisionImported = "imported"
+)
+
+// AcceptedEvent is the data of a cmb-accepted event, published for every
+// verified record stored, whatever SVAF decided (nothing is deleted):
+// decision is SVAF's verdict (aligned, guarded, redundant, rejected) with
+// its totalDrift, or "directed" with a null drift for a record directed to
+// us (spec §14 A20 asks for both members). Hidden says whether the surface
+// policy keeps it out of recall, CGP and the recent listing.
 type AcceptedEvent struct {
 	Key       string     `json:"key"`
 	Source    string     `json:"source"`
@@ -314,7 +349,10 @@ type AcceptedEvent struct {
 	Directed  bool       `json:"directed"`
 	Decision  string     `json:"decision"`
 	Drift     *float64   `json:"drift"`
-	Via       string     `json:"via,omitempty"`
+	// Nearest is the anchor a redundant record duplicates.
+	Nearest string `json:"nearest,omitempty"`
+	Hidden  bool   `json:"hidden,omitempty"`
+	Via     string `json:"via,omitempty"`
 }
 
 func rejectReason(err error) string {

@@ -20,6 +20,7 @@ const (
 	pSigner   = 'S' // S author                       → 1 (author has signed)
 	pTomb     = 'T' // T key                          → forgottenAt (varint ms): forgotten here
 	pAssert   = 'A' // A key 0 author                 → that author's signed record (same key, another author)
+	pAnnex    = 'X' // X namespace 0 key              → the node's annex of a record (annex.go)
 	recFormat = 1
 
 	maxKeyLen = 256

@@ -757,6 +757,8 @@ func newJob(ctx context.Context, size int, apply func(t *wtx) (func(), error)) *
 type Item struct {
 	Entry Entry
 	Meta  Meta
+	// Annexes are written in the record's commit when it is new (annex.go).
+	Annexes []ItemAnnex
 }
 
 // PutResult is the outcome of one PutMany item.
@@ -792,8 +794,12 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 	jobs := make([]*job, 0, len(items))
 	idx := make([]int, 0, len(items))
 	for i := range items {
-		e, m := items[i].Entry, items[i].Meta
+		e, m, annexes := items[i].Entry, items[i].Meta, items[i].Annexes
 		if err := e.Validate(); err != nil {
+			res[i].Err = err
+			continue
+		}
+		if err := checkItemAnnexes(e.Key, annexes); err != nil {
 			res[i].Err = err
 			continue
 		}
@@ -852,6 +858,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 				t.set(k, nil)
 			}
 			t.w.known[rec.Key] = struct{}{}
+			setAnnexes(t, rec.Key, annexes)
 			r.Record = rec
 			t.count(1)
 			return func() {

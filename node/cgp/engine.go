@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -45,6 +46,17 @@ type Config struct {
 	// 16 MiB line a host reads, leaving room for attestations.
 	MaxResultBytes int
 	Logger         *slog.Logger
+	// EmbeddingsFingerprint, if set, is declared in the ack (E1), and a
+	// query embedding of EmbeddingDim numbers is ranked with, through the
+	// Backend's VectorSearcher; "" refuses query embeddings.
+	EmbeddingsFingerprint string
+	EmbeddingDim          int
+}
+
+// VectorSearcher is the optional Backend method serving query embeddings:
+// Search with the query's vector in the declared kernel.
+type VectorSearcher interface {
+	SearchVector(ctx context.Context, text string, vec []float64, opts SearchOptions) (SearchResult, error)
 }
 
 // DefaultConfig returns the settings NewEngine uses for the fields left
@@ -129,6 +141,9 @@ func (e *Engine) Ack() HandshakeAck {
 	if e.signer != nil {
 		ack.AttesterKeys = []AttesterKey{e.signer.PublicKey()}
 	}
+	if fp := e.cfg.EmbeddingsFingerprint; fp != "" {
+		ack.Capabilities.EmbeddingsFingerprint = &fp
+	}
 	return ack
 }
 
@@ -147,8 +162,19 @@ type candidate struct {
 // the rest. Packing is greedy in rank order but skips a frame that would
 // overflow max_tokens and keeps trying smaller ones.
 func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResult, error) {
+	vs, _ := e.cfg.Backend.(VectorSearcher)
 	if q.Embedding != nil {
-		return nil, Errorf(CodeBadRequest, "this provider declares no embeddings_fingerprint; a query embedding cannot be interpreted")
+		switch {
+		case e.cfg.EmbeddingsFingerprint == "" || vs == nil:
+			return nil, Errorf(CodeBadRequest, "this provider declares no embeddings_fingerprint; a query embedding cannot be interpreted")
+		case len(q.Embedding) != e.cfg.EmbeddingDim:
+			return nil, Errorf(CodeBadRequest, "query.embedding has %d numbers; embeddings_fingerprint %s declares %d", len(q.Embedding), e.cfg.EmbeddingsFingerprint, e.cfg.EmbeddingDim)
+		}
+		for _, x := range q.Embedding {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, Errorf(CodeBadRequest, "query.embedding holds a number that is not finite")
+			}
+		}
 	}
 	wantMem, wantEp := len(q.Kinds) == 0, len(q.Kinds) == 0
 	for _, k := range q.Kinds {
@@ -173,7 +199,13 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 		text = *q.QueryText
 	}
 	limit := min(max(2*int(min(q.MaxFrames, 1<<20)), 32), e.cfg.MaxCandidates)
-	sr, err := e.cfg.Backend.Search(ctx, text, SearchOptions{Limit: limit, AsOf: asOf})
+	var sr SearchResult
+	var err error
+	if q.Embedding != nil {
+		sr, err = vs.SearchVector(ctx, text, q.Embedding, SearchOptions{Limit: limit, AsOf: asOf})
+	} else {
+		sr, err = e.cfg.Backend.Search(ctx, text, SearchOptions{Limit: limit, AsOf: asOf})
+	}
 	if err != nil {
 		return nil, e.unavailable("search", err)
 	}

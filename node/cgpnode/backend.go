@@ -20,7 +20,10 @@ type Backend struct {
 	cache decodedCache
 }
 
-var _ cgp.Backend = (*Backend)(nil)
+var (
+	_ cgp.Backend        = (*Backend)(nil)
+	_ cgp.VectorSearcher = (*Backend)(nil)
+)
 
 // NewBackend returns n's records as a cgp.Backend.
 func NewBackend(n *node.Node) *Backend { return &Backend{n: n} }
@@ -31,12 +34,29 @@ func NewBackend(n *node.Node) *Backend { return &Backend{n: n} }
 // held (cgp.RankScore), so a query's ranking does not drift with the wall
 // clock, and a hit's score does not depend on which other records matched.
 func (b *Backend) Search(ctx context.Context, text string, opts cgp.SearchOptions) (cgp.SearchResult, error) {
+	return b.search(ctx, text, nil, opts)
+}
+
+// SearchVector is Search with the host's query embedding in the node's
+// dense kernel (the engine has checked its length against the declared
+// fingerprint): it stands in for encoding the text.
+func (b *Backend) SearchVector(ctx context.Context, text string, vec []float64, opts cgp.SearchOptions) (cgp.SearchResult, error) {
+	return b.search(ctx, text, vec, opts)
+}
+
+func (b *Backend) search(ctx context.Context, text string, vec []float64, opts cgp.SearchOptions) (cgp.SearchResult, error) {
 	limit := max(opts.Limit, 1)
 	var asOf time.Time
 	if opts.AsOf != nil {
 		asOf = *opts.AsOf
 	}
-	hits, err := b.n.SearchText(ctx, text, limit+1, asOf)
+	var hits []node.TextHit
+	var err error
+	if vec != nil {
+		hits, err = b.n.SearchVector(ctx, text, vec, limit+1, asOf)
+	} else {
+		hits, err = b.n.SearchText(ctx, text, limit+1, asOf)
+	}
 	if err != nil {
 		return cgp.SearchResult{}, err
 	}

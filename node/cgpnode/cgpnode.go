@@ -37,6 +37,11 @@ func Config(n *node.Node, id *identity.Identity, version string, log *slog.Logge
 	if n != nil {
 		c.Backend = NewBackend(n)
 		c.Group = n.Group()
+		// With a dense encoder, hosts of the same kernel may send query
+		// embeddings (CGP E1); without one they are refused.
+		if k, ok := n.EmbeddingsKernel(); ok {
+			c.EmbeddingsFingerprint, c.EmbeddingDim = k.Fingerprint, k.Dim
+		}
 	}
 	return c
 }

@@ -72,6 +72,10 @@ type Config struct {
 	LogJSON bool `toml:"log_json"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
+
+	// Embeddings and SVAF tune recall and admission (recall.go).
+	Embeddings Embeddings `toml:"embeddings"`
+	SVAF       SVAF       `toml:"svaf"`
 }
 
 // Duration is a time.Duration written as "720h" in TOML.
@@ -101,6 +105,8 @@ func Default() Config {
 		MaxClockSkew:     Duration{5 * time.Minute},
 		StrictSignatures: true,
 		LogLevel:         "info",
+		Embeddings:       DefaultEmbeddings(),
+		SVAF:             DefaultSVAF(),
 	}
 }
 
@@ -189,7 +195,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("cgp_http_token: %w", err)
 		}
 	}
-	return nil
+	return c.validateRecall()
 }
 
 // CheckListen checks one listen address: a multiaddr.
@@ -322,5 +328,6 @@ strict_signatures = %t
 log_json = %t
 log_level = %s
 `, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+	b.WriteString(renderRecall(c))
 	return b.String()
 }

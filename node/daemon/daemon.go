@@ -218,7 +218,11 @@ func Run(ctx context.Context, opts Options) error {
 	if so.MaxClockSkew == 0 {
 		so.MaxClockSkew = cfg.MaxClockSkew.Duration
 	}
-	n, err := node.Open(node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version})
+	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version}
+	if err := recallOptions(cfg, &nopts); err != nil {
+		return err
+	}
+	n, err := node.Open(nopts)
 	if errors.Is(err, store.ErrLocked) {
 		_, pid := ipc.Probe(sock)
 		if pid == 0 {

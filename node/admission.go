@@ -1,0 +1,352 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"cmbnode/cmb"
+	"cmbnode/node/embed"
+	"cmbnode/node/svaf"
+	"cmbnode/store"
+)
+
+// SVAF admission (MMP §9.2, docs/recall.md "SVAF admission").
+//
+// Every received broadcast record that passes Check is evaluated before it
+// is stored, with svaf.Evaluate, against the node's anchors:
+//
+//   - anchors are the records that make up this node's memory as MMP would
+//     hold it: those authored here, directed to us, admitted (aligned or
+//     guarded), or held from before SVAF ran, but never a redundant or
+//     rejected one, a quarantined one, or the incoming record itself (it is
+//     not stored yet when it is judged);
+//   - of those, the Recent most recent in the group (MMP's recentCMBs, the
+//     reference takes 5) and the Nearest best text matches of the incoming
+//     record's own text (so a near-copy of an older memory is found
+//     redundant, not only of the last few).
+//
+// Vectors are per field, from the configured encoder when it answers within
+// EncoderTimeout and every anchor has its vectors in that kernel, else from
+// the built-in hashed n-gram kernel for the incoming record and all anchors
+// alike: one evaluation never mixes kernels.
+//
+// Nothing is deleted: the record is stored whatever the verdict, and the
+// verdict is kept beside it (a store annex) with its drift and, when
+// redundant, the anchor it duplicates. What is surfaced follows Surface;
+// records without a verdict (local, directed, held from before) always are.
+
+// SVAFOptions tune admission. The zero value is MMP's uniform profile with
+// the reference's 5 recent anchors, 5 nearest, and every verdict but
+// redundant surfaced.
+type SVAFOptions struct {
+	// Config holds the thresholds; zero is svaf.Default().
+	Config svaf.Config
+	// Recent and Nearest size the anchor set (0: 5 each; negative: none).
+	Recent, Nearest int
+	// Surface lists the verdicts whose broadcast records recall, CGP, MCP
+	// and the recent listing show. nil is DefaultSurface; MMP §9.4's strict
+	// reading is {aligned, guarded}.
+	Surface []svaf.Decision
+	// EncoderTimeout bounds the wait for the dense encoder's vectors of an
+	// incoming record (0: 2 s); on expiry the hashed kernel judges it.
+	EncoderTimeout time.Duration
+}
+
+// DefaultSurface shows every verdict except redundant: a near-copy is
+// found through the memory it duplicates. A rejected record is only unlike
+// the recent memory; a memory daemon keeps showing it.
+var DefaultSurface = []svaf.Decision{svaf.Aligned, svaf.Guarded, svaf.Rejected}
+
+// annexSVAF is the store namespace of verdicts.
+const annexSVAF = "svaf"
+
+// verdictRecord is a kept verdict, as stored in its annex.
+type verdictRecord struct {
+	Decision svaf.Decision `json:"decision"`
+	Drift    float64       `json:"drift"`
+	Nearest  string        `json:"nearest,omitempty"`
+	Kernel   string        `json:"kernel"`
+	At       int64         `json:"at"`
+}
+
+// admission holds the evaluator's settings and every kept verdict.
+type admission struct {
+	cfg             svaf.Config
+	recent, nearest int
+	surface         map[svaf.Decision]bool
+	timeout         time.Duration
+	hashed          embed.Hashed
+
+	mu       sync.RWMutex
+	verdicts map[string]verdictRecord
+	counts   map[svaf.Decision]int64 // verdicts reached since Open
+}
+
+func newAdmission(o SVAFOptions) (*admission, error) {
+	a := &admission{cfg: o.Config, recent: o.Recent, nearest: o.Nearest, timeout: o.EncoderTimeout,
+		hashed: embed.DefaultHashed(), surface: map[svaf.Decision]bool{}, verdicts: map[string]verdictRecord{}, counts: map[svaf.Decision]int64{}}
+	if a.cfg.Freshness == 0 && a.cfg.Guarded == 0 {
+		fw := a.cfg.FieldWeights
+		a.cfg = svaf.Default()
+		a.cfg.FieldWeights = fw
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if a.recent == 0 {
+		a.recent = 5
+	}
+	if a.nearest == 0 {
+		a.nearest = 5
+	}
+	a.recent, a.nearest = max(a.recent, 0), max(a.nearest, 0)
+	if a.timeout <= 0 {
+		a.timeout = 2 * time.Second
+	}
+	s := o.Surface
+	if s == nil {
+		s = DefaultSurface
+	}
+	for _, d := range s {
+		if !d.Valid() {
+			return nil, fmt.Errorf("svaf surface: %q is not a decision", d)
+		}
+		a.surface[d] = true
+	}
+	return a, nil
+}
+
+// load reads the kept verdicts, dropping those whose record was purged.
+func (n *Node) loadVerdicts(ctx context.Context) error {
+	var gone []store.Annex
+	err := n.st.ScanAnnexes(ctx, annexSVAF, func(key string, val []byte) error {
+		var v verdictRecord
+		if json.Unmarshal(val, &v) != nil || !v.Decision.Valid() {
+			gone = append(gone, store.Annex{Key: key})
+			return nil
+		}
+		n.adm.verdicts[key] = v
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for k := range n.adm.verdicts {
+		if ok, err := n.st.Has(ctx, k); err != nil {
+			return err
+		} else if !ok {
+			delete(n.adm.verdicts, k)
+			gone = append(gone, store.Annex{Key: k})
+		}
+	}
+	return n.st.PutAnnexes(ctx, annexSVAF, gone)
+}
+
+// verdict returns key's kept verdict.
+func (n *Node) verdict(key string) (verdictRecord, bool) {
+	n.adm.mu.RLock()
+	defer n.adm.mu.RUnlock()
+	v, ok := n.adm.verdicts[key]
+	return v, ok
+}
+
+// Hidden reports whether the surface policy hides key: it is a broadcast
+// record whose verdict is not among SVAFOptions.Surface. Directed and local
+// records carry no verdict and are never hidden.
+func (n *Node) Hidden(key string) bool {
+	v, ok := n.verdict(key)
+	return ok && !n.adm.surface[v.Decision]
+}
+
+// Verdict is a record's SVAF outcome as adapters show it.
+type Verdict struct {
+	Decision string  `json:"decision"`
+	Drift    float64 `json:"drift"`
+	// Nearest is the anchor a redundant record duplicates.
+	Nearest string `json:"nearest,omitempty"`
+	Kernel  string `json:"kernel"`
+	Hidden  bool   `json:"hidden"`
+}
+
+// VerdictOf returns key's SVAF verdict; ok is false for records SVAF did
+// not judge (authored here, directed to us, held from before, duplicates).
+func (n *Node) VerdictOf(key string) (Verdict, bool) {
+	v, ok := n.verdict(key)
+	if !ok {
+		return Verdict{}, false
+	}
+	return Verdict{Decision: string(v.Decision), Drift: v.Drift, Nearest: v.Nearest, Kernel: v.Kernel, Hidden: !n.adm.surface[v.Decision]}, true
+}
+
+// isAnchor: an anchor is part of the node's memory as MMP would hold it.
+func (n *Node) isAnchor(key string) bool {
+	if n.st.IsQuarantined(key) {
+		return false
+	}
+	v, ok := n.verdict(key)
+	return !ok || v.Decision.Admitted()
+}
+
+// fieldTexts are a record's evaluable field texts by name: MMP treats an
+// absent or "neutral" field as non-evaluable.
+func fieldTexts(texts [cmb.NumFields]string) map[string]string {
+	out := make(map[string]string, cmb.NumFields)
+	for i, name := range cmb.FieldNames {
+		t := strings.TrimSpace(texts[i])
+		if t == "" || strings.EqualFold(t, "neutral") {
+			continue
+		}
+		out[name] = t
+	}
+	return out
+}
+
+// anchorKeys picks the anchors for a record of group with texts, newest
+// first then nearest, without repeats.
+func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]string) ([]store.KeyTime, error) {
+	var out []store.KeyTime
+	seen := map[string]bool{}
+	if n.adm.recent > 0 {
+		err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
+			if n.isAnchor(kt.Key) {
+				out = append(out, kt)
+				seen[kt.Key] = true
+			}
+			if len(out) >= n.adm.recent {
+				return errEnough
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			return nil, err
+		}
+	}
+	if n.adm.nearest > 0 {
+		var q strings.Builder
+		for _, name := range cmb.FieldNames {
+			if t, ok := texts[name]; ok {
+				q.WriteString(t)
+				q.WriteByte('\n')
+			}
+		}
+		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group})
+		if err != nil {
+			return nil, err
+		}
+		added := 0
+		for _, h := range hits {
+			if added == n.adm.nearest {
+				break
+			}
+			if !seen[h.Key] && n.isAnchor(h.Key) {
+				out = append(out, store.KeyTime{Key: h.Key, CreatedAt: h.CreatedAt})
+				seen[h.Key] = true
+				added++
+			}
+		}
+	}
+	return out, nil
+}
+
+// judge evaluates a checked broadcast record against the anchors and
+// returns the verdict with the annexes to store beside the record.
+func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, error) {
+	texts := fieldTexts(rec.Fields.Texts())
+	now := n.now()
+	kts, err := n.anchorKeys(ctx, rec.Group, texts)
+	if err != nil {
+		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+	}
+	anchors := make([]svaf.Anchor, 0, len(kts))
+	anchorTexts := make([]map[string]string, 0, len(kts))
+	for _, kt := range kts {
+		r, err := n.st.GetLineage(ctx, kt.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+		}
+		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
+		anchorTexts = append(anchorTexts, fieldTexts(r.Texts))
+	}
+	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
+	if in == nil {
+		kernel = n.adm.hashed.Kernel().ID
+		in = hashedVectors(n.adm.hashed, texts)
+		for i := range anchors {
+			anchors[i].Vectors = hashedVectors(n.adm.hashed, anchorTexts[i])
+		}
+	}
+	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.
+	age := max(now.Sub(time.UnixMilli(rec.CreatedAt)), 0)
+	v := svaf.Evaluate(n.adm.cfg, in, anchors, age)
+	out := verdictRecord{Decision: v.Decision, Drift: round9(v.TotalDrift), Kernel: kernel, At: now.UnixMilli()}
+	if v.Decision == svaf.Redundant {
+		out.Nearest = v.Nearest
+	}
+	annexes, err := verdictAnnex(out)
+	if err != nil {
+		return verdictRecord{}, nil, err
+	}
+	if dense != nil {
+		annexes = append(annexes, store.ItemAnnex{NS: n.dense.ns, Value: encodeFields(n.dense.k.Dim, dense)})
+	}
+	return out, annexes, nil
+}
+
+func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }
+
+func hashedVectors(h embed.Hashed, texts map[string]string) svaf.Vectors {
+	out := make(svaf.Vectors, len(texts))
+	for f, t := range texts {
+		v := h.Vector(t)
+		if embed.Dot(v, v) == 0 {
+			continue // no word: nothing to compare
+		}
+		out[f] = to64(v)
+	}
+	return out
+}
+
+func to64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// verdictAnnex is a verdict as its record's annex.
+func verdictAnnex(v verdictRecord) ([]store.ItemAnnex, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return []store.ItemAnnex{{NS: annexSVAF, Value: b}}, nil
+}
+
+// countVerdict makes a verdict stored with its record count.
+func (n *Node) countVerdict(key string, v verdictRecord) {
+	n.adm.mu.Lock()
+	n.adm.verdicts[key] = v
+	n.adm.counts[v.Decision]++
+	n.adm.mu.Unlock()
+}
+
+// SVAFCounts are the verdicts reached since Open, by decision.
+func (n *Node) SVAFCounts() map[string]int64 {
+	n.adm.mu.RLock()
+	defer n.adm.mu.RUnlock()
+	out := make(map[string]int64, len(n.adm.counts))
+	for d, c := range n.adm.counts {
+		out[string(d)] = c
+	}
+	return out
+}

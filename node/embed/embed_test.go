@@ -1,0 +1,182 @@
+package embed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeServer answers /v1/embeddings with vector i = (len(text), i+1, 0…),
+// in reverse order of index, so the client must place them by index.
+func fakeServer(t *testing.T, dim int, hook func(w http.ResponseWriter, n int64) bool) (*httptest.Server, *atomic.Int64) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		if r.URL.Path != "/v1/embeddings" || r.Method != http.MethodPost {
+			http.Error(w, "wrong path", http.StatusNotFound)
+			return
+		}
+		if hook != nil && hook(w, n) {
+			return
+		}
+		var req embedRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Model != "m" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		type datum struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		}
+		var out struct {
+			Data []datum `json:"data"`
+		}
+		for i := len(req.Input) - 1; i >= 0; i-- {
+			v := make([]float32, dim)
+			v[0], v[1] = float32(len(req.Input[i])), 3
+			out.Data = append(out.Data, datum{Index: i, Embedding: v})
+		}
+		json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+func newHTTP(t *testing.T, url string, o HTTPOptions) *HTTP {
+	t.Helper()
+	o.URL, o.Model, o.Dim = url+"/v1", "m", 4
+	h, err := NewHTTP(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestHTTPBatchesAndNormalises: 5 texts at batch size 2 take 3 requests,
+// come back in input order (the server answers out of order), unit length.
+func TestHTTPBatchesAndNormalises(t *testing.T) {
+	srv, calls := fakeServer(t, 4, nil)
+	h := newHTTP(t, srv.URL, HTTPOptions{BatchSize: 2})
+	texts := []string{"a", "bb", "cccc", "x", "yyyy"}
+	vs, err := h.Encode(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 3 || len(vs) != 5 {
+		t.Fatalf("%d requests, %d vectors; want 3 and 5", calls.Load(), len(vs))
+	}
+	for i, v := range vs {
+		l := float64(len(texts[i]))
+		if n := Dot(v, v); n < 0.9999 || n > 1.0001 {
+			t.Fatalf("vector %d has squared norm %v", i, n)
+		}
+		if got, want := float64(v[1]/v[0]), 3/l; got-want > 1e-5 || want-got > 1e-5 {
+			t.Fatalf("vector %d is not text %d's (ratio %v, want %v)", i, i, got, want)
+		}
+	}
+	if k := h.Kernel(); k.ID != "m-d4" || k.Fingerprint != "m/4/l2" || k.Dim != 4 {
+		t.Fatalf("kernel %+v", k)
+	}
+}
+
+// TestHTTPRetriesTransient: a 503 is retried, a 400 is not.
+func TestHTTPRetriesTransient(t *testing.T) {
+	srv, calls := fakeServer(t, 4, func(w http.ResponseWriter, n int64) bool {
+		if n == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	h := newHTTP(t, srv.URL, HTTPOptions{Backoff: time.Millisecond})
+	if _, err := h.Encode(context.Background(), []string{"a"}); err != nil || calls.Load() != 2 {
+		t.Fatalf("err %v after %d calls; want success on the second", err, calls.Load())
+	}
+	srv2, calls2 := fakeServer(t, 4, func(w http.ResponseWriter, n int64) bool {
+		http.Error(w, "no", http.StatusBadRequest)
+		return true
+	})
+	h = newHTTP(t, srv2.URL, HTTPOptions{Backoff: time.Millisecond})
+	if _, err := h.Encode(context.Background(), []string{"a"}); !errors.Is(err, ErrEncoder) || calls2.Load() != 1 {
+		t.Fatalf("err %v after %d calls; want ErrEncoder after 1", err, calls2.Load())
+	}
+}
+
+// TestHTTPBounds: a slow server times out, an oversized or wrong-sized
+// answer is refused.
+func TestHTTPBounds(t *testing.T) {
+	release := make(chan struct{})
+	slow, _ := fakeServer(t, 4, func(w http.ResponseWriter, n int64) bool {
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		return false
+	})
+	defer close(release)
+	h := newHTTP(t, slow.URL, HTTPOptions{Timeout: 50 * time.Millisecond, Retries: -1})
+	start := time.Now()
+	if _, err := h.Encode(context.Background(), []string{"a"}); !errors.Is(err, ErrEncoder) {
+		t.Fatalf("slow server: %v", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("the timeout did not bound the request: %v", el)
+	}
+
+	huge, _ := fakeServer(t, 4, func(w http.ResponseWriter, n int64) bool {
+		w.Write([]byte(`{"data":[{"index":0,"embedding":[` + strings.Repeat("1,", 1<<20) + `1]}]}`))
+		return true
+	})
+	h = newHTTP(t, huge.URL, HTTPOptions{Retries: -1})
+	if _, err := h.Encode(context.Background(), []string{"a"}); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("oversized response: %v", err)
+	}
+
+	wrong, _ := fakeServer(t, 3, nil)
+	h = newHTTP(t, wrong.URL, HTTPOptions{})
+	if _, err := h.Encode(context.Background(), []string{"a"}); err == nil || !strings.Contains(err.Error(), "dimensions") {
+		t.Fatalf("wrong dimension: %v", err)
+	}
+}
+
+func TestNewHTTPRefuses(t *testing.T) {
+	for _, o := range []HTTPOptions{
+		{URL: "ftp://x", Model: "m", Dim: 4},
+		{URL: "http://x", Model: "", Dim: 4},
+		{URL: "http://x", Model: "m", Dim: 0},
+	} {
+		if _, err := NewHTTP(o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+// TestHashed: deterministic, unit length, a near-copy close and an
+// unrelated text far, and the kernel's names valid.
+func TestHashed(t *testing.T) {
+	h := DefaultHashed()
+	if err := CheckKernel(h.Kernel()); err != nil {
+		t.Fatal(err)
+	}
+	a := h.Vector("The release ships on Friday after the freeze.")
+	b := h.Vector("the release ships on friday, after the freeze")
+	c := h.Vector("Grace adopted a grey kitten named Pixel.")
+	if Dot(a, h.Vector("The release ships on Friday after the freeze.")) < 0.99999 {
+		t.Fatal("not deterministic")
+	}
+	if s := Dot(a, b); s < 0.95 {
+		t.Fatalf("near-copy cosine %v, want ≥ 0.95", s)
+	}
+	if s := Dot(a, c); s > 0.4 {
+		t.Fatalf("unrelated cosine %v, want ≤ 0.4", s)
+	}
+	if z := h.Vector("  ,,, "); Dot(z, z) != 0 {
+		t.Fatal("a text with no word has a vector")
+	}
+}

@@ -1,0 +1,76 @@
+package embed
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Hashed is the built-in encoder: character n-grams of each word (case
+// folded, NFC, padded with a boundary mark) hashed into Dim signed buckets,
+// L2-normalised. It is deterministic and needs nothing outside the binary:
+// MMP §9.2 allows n-gram hashing as the fallback kernel where no semantic
+// encoder is configured. It measures surface overlap, not meaning: two
+// phrasings of one fact are far apart, a record and its near-copy close.
+type Hashed struct {
+	N   int // n-gram length
+	Dim int
+}
+
+// DefaultHashed is the built-in kernel: trigrams into 512 buckets.
+func DefaultHashed() Hashed { return Hashed{N: 3, Dim: 512} }
+
+// Kernel names the hashed kernel by its parameters, so a change of either
+// is a new kernel whose vectors are never compared with the old.
+func (h Hashed) Kernel() Kernel {
+	return Kernel{ID: fmt.Sprintf("hash-ngram%d-v1-d%d", h.N, h.Dim), Fingerprint: fmt.Sprintf("cmbnode-hash-ngram%d-v1/%d/l2", h.N, h.Dim), Dim: h.Dim}
+}
+
+// Encode never fails.
+func (h Hashed) Encode(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = h.Vector(t)
+	}
+	return out, nil
+}
+
+// Vector is one text's vector; all zero for a text with no word.
+func (h Hashed) Vector(text string) []float32 {
+	v := make([]float32, h.Dim)
+	text = strings.ToLower(norm.NFC.String(text))
+	var word []rune
+	flush := func() {
+		if len(word) == 0 {
+			return
+		}
+		g := append(append([]rune{'\x02'}, word...), '\x03')
+		n := min(h.N, len(g))
+		for i := 0; i+n <= len(g); i++ {
+			f := fnv.New64a()
+			f.Write([]byte(string(g[i : i+n])))
+			x := f.Sum64()
+			b := int(x % uint64(h.Dim))
+			if x>>63 == 1 {
+				v[b]--
+			} else {
+				v[b]++
+			}
+		}
+		word = word[:0]
+	}
+	for _, r := range text {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			word = append(word, r)
+			continue
+		}
+		flush()
+	}
+	flush()
+	Normalize(v)
+	return v
+}
