@@ -642,6 +642,17 @@ func (c *conn) process(msg []byte) bool {
 		c.send(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
 		return true
 	}
+	// Text that is not UTF-8 is refused before anything of the request is
+	// used or echoed: repaired, it would be signed as text the agent did
+	// not send, and echoed raw (an id) it would make the reply invalid JSON.
+	if member, problem := badText(m); member != "" {
+		var id json.RawMessage
+		if member != "id" && validID(m["id"]) {
+			id = m["id"]
+		}
+		c.send(encodeError("", id, badTextError(member, problem)))
+		return true
+	}
 	id := m["id"]
 	if string(id) == "null" {
 		id = nil
