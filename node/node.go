@@ -368,6 +368,19 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 		n.Counters.KeyConflicts.Add(1)
 		return up, fmt.Errorf("%w: %w", ErrRejected, pinConflict{err})
 	}
+	if err == nil && up.NewClaimant {
+		// Two keys have proved they claim one nodeId. Which is the
+		// member's cannot be told from here, so neither is believed:
+		// every record of the nodeId is kept but not surfaced, and new
+		// ones are stored quarantined (check), until the operator picks a
+		// key (Trust).
+		n.trustGen.Add(1)
+		n.Counters.KeyConflicts.Add(1)
+		q, qerr := n.quarantineAuthor(ctx, p.NodeID, nil)
+		n.log.Warn("two keys claim one nodeId; its records are quarantined until the operator picks one with `cmbnode trust NODEID KEY`",
+			"nodeId", p.NodeID, "pinnedKey", cmb.EncodeKey(up.Peer.Ed25519), "claimantKey", cmb.EncodeKey(p.Ed25519), "quarantined", q)
+		return up, qerr
+	}
 	if err != nil || up.Replaced == nil {
 		return up, err
 	}
@@ -386,6 +399,25 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey, x []byte, name string) error {
 	_, err := n.pinAuthor(ctx, store.Peer{NodeID: nodeID, Ed25519: ed, X25519: x, Name: name, Confirmed: true})
 	return err
+}
+
+// quarantineAuthor quarantines every surfaced record of author, or, with
+// keep set, those whose signature does not verify with keep.
+func (n *Node) quarantineAuthor(ctx context.Context, author string, keep ed25519.PublicKey) (int, error) {
+	if keep != nil {
+		return n.quarantineForged(ctx, author, keep)
+	}
+	var keys []string
+	err := n.st.Scan(ctx, store.Window{Author: author}, func(kt store.KeyTime) error {
+		keys = append(keys, kt.Key)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finding the records of %s: %w", author, err)
+	}
+	q, err := n.st.Quarantine(ctx, keys)
+	n.Counters.Quarantined.Add(int64(q))
+	return q, err
 }
 
 // quarantineForged quarantines the records of author whose signature does

@@ -137,7 +137,7 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
 	if r.Meta.Quarantined {
-		return nil, fmt.Errorf("%w: record %s is %w: the author key it was admitted under was replaced by a handshake", ErrNotFound, key, ErrQuarantined)
+		return nil, fmt.Errorf("%w: record %s is %w: its author key was replaced by a handshake or is disputed", ErrNotFound, key, ErrQuarantined)
 	}
 	rec, err := cmb.Decode(r.Raw)
 	if err != nil {

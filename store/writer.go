@@ -838,6 +838,13 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			t.w.known[rec.Key] = struct{}{}
 			r.Record = rec
 			t.count(1)
+			if rec.Meta.Quarantined {
+				// Kept, never surfaced: no order or text index holds it.
+				s.trust.mu.Lock()
+				s.trust.quarantined[rec.Key] = struct{}{}
+				s.trust.mu.Unlock()
+				return nil, nil
+			}
 			return func() {
 				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
 				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)

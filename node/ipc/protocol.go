@@ -48,6 +48,7 @@ const (
 	TypeExport   = "export"
 	TypeImport   = "import"
 	TypeCheck    = "check"
+	TypeTrust    = "trust"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot
