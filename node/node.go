@@ -148,6 +148,12 @@ func (n *Node) pinSelf(ctx context.Context) error {
 	self := store.Peer{NodeID: strings.ToLower(n.id.NodeID), Ed25519: n.id.Ed25519.Public().(ed25519.PublicKey),
 		X25519: n.id.X25519.PublicKey().Bytes(), Name: n.id.Name, Confirmed: true}
 	_, err := n.pinAuthor(ctx, self)
+	if errors.Is(err, ErrDiskFull) {
+		// Started on a full disk: the pin (its last sighting) waits for
+		// the next start. Nothing depends on it meanwhile: authorKeys
+		// answers for this nodeId from the identity, never the roster.
+		return nil
+	}
 	if !errors.Is(err, ErrKeyConflict) {
 		if err != nil {
 			return fmt.Errorf("pinning this node's own key: %w", err)
@@ -216,6 +222,11 @@ var (
 	ErrNotFound    = errors.New("not found")
 	ErrUnavailable = errors.New("unavailable")
 )
+
+// ErrDiskFull is matched by a write refused because the store's disk is
+// full (a *store.DiskFullError, whose text names the path and the free
+// space): reads go on, and writes resume once space is freed.
+var ErrDiskFull = store.ErrDiskFull
 
 // Remember builds and signs a record as this node, stores it durably and only
 // then publishes it. A directed record is kept here in clear and travels

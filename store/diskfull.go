@@ -46,10 +46,10 @@ func (e *DiskFullError) Unwrap() error { return e.Err }
 
 func humanBytes(n uint64) string {
 	switch {
-	case n >= 10<<30:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 10<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	case n >= 10<<10:
 		return fmt.Sprintf("%d KiB", n>>10)
 	}

@@ -98,6 +98,9 @@ func request(e *env, args []string, name, typ string) (json.RawMessage, string, 
 func daemonErr(err error) error {
 	var e *ipc.Error
 	if errors.As(err, &e) {
+		if e.Code == ipc.CodeDiskFull {
+			return fmt.Errorf("%s (%s): nothing was stored; reads still work. Free space on that file system; `cmbnode status` shows when the store writes again", e.Message, e.Code)
+		}
 		return fmt.Errorf("%s (%s)", e.Message, e.Code)
 	}
 	return err
@@ -152,6 +155,11 @@ func cmdStatus(e *env, args []string) error {
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
+	if s := st.Storage; s.DiskFull {
+		fmt.Fprintf(tw, "storage\tDISK FULL: %s\n", s.Message)
+	} else {
+		fmt.Fprintf(tw, "storage\twritable\n")
+	}
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
 	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", sock, st.SocketClients)
 	c := st.Counters

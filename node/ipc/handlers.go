@@ -54,6 +54,8 @@ func codeOf(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.Is(err, node.ErrDiskFull):
+		return &Error{Code: CodeDiskFull, Message: err.Error()}
 	case errors.Is(err, node.ErrBadRequest):
 		return &Error{Code: CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, node.ErrRejected):

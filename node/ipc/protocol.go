@@ -27,6 +27,7 @@ const (
 	CodeRejected       = "rejected"
 	CodeNotFound       = "not_found"
 	CodeUnavailable    = "unavailable"
+	CodeDiskFull       = "disk_full"
 	CodeInternal       = "internal"
 )
 
