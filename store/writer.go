@@ -273,7 +273,8 @@ func (w *writerState) refuse(cur *batch, cause error) {
 		}
 	}
 	w.forget(cur)
-	cur.refused = cause
+	// Jobs added to cur from here on did not see the refused batch: they
+	// are written (or refused) on their own.
 	cur.ops, cur.count, cur.size, cur.newKeys = nil, 0, 0, nil
 }
 
