@@ -166,6 +166,12 @@ func (n *Node) pinSelf(ctx context.Context) error {
 	self := store.Peer{NodeID: strings.ToLower(n.id.NodeID), Ed25519: n.id.Ed25519.Public().(ed25519.PublicKey),
 		X25519: n.id.X25519.PublicKey().Bytes(), Name: n.id.Name, Confirmed: true}
 	_, err := n.pinAuthor(ctx, self)
+	if errors.Is(err, ErrDiskFull) {
+		// Started on a full disk: the pin (its last sighting) waits for
+		// the next start. Nothing depends on it meanwhile: authorKeys
+		// answers for this nodeId from the identity, never the roster.
+		return nil
+	}
 	if !errors.Is(err, ErrKeyConflict) {
 		if err != nil {
 			return fmt.Errorf("pinning this node's own key: %w", err)
@@ -251,6 +257,11 @@ var (
 	ErrNotFound    = errors.New("not found")
 	ErrUnavailable = errors.New("unavailable")
 )
+
+// ErrDiskFull is matched by a write refused because the store's disk is
+// full (a *store.DiskFullError, whose text names the path and the free
+// space): reads go on, and writes resume once space is freed.
+var ErrDiskFull = store.ErrDiskFull
 
 // Remember builds and signs a record as this node, stores it durably and only
 // then publishes it. A directed record is kept here in clear and travels
@@ -411,6 +422,19 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 		n.Counters.KeyConflicts.Add(1)
 		return up, fmt.Errorf("%w: %w", ErrRejected, pinConflict{err})
 	}
+	if err == nil && up.NewClaimant {
+		// Two keys have proved they claim one nodeId. Which is the
+		// member's cannot be told from here, so neither is believed:
+		// every record of the nodeId is kept but not surfaced, and new
+		// ones are stored quarantined (check), until the operator picks a
+		// key (Trust).
+		n.trustGen.Add(1)
+		n.Counters.KeyConflicts.Add(1)
+		q, qerr := n.quarantineAuthor(ctx, p.NodeID, nil)
+		n.log.Warn("two keys claim one nodeId; its records are quarantined until the operator picks one with `cmbnode trust NODEID KEY`",
+			"nodeId", p.NodeID, "pinnedKey", cmb.EncodeKey(up.Peer.Ed25519), "claimantKey", cmb.EncodeKey(p.Ed25519), "quarantined", q)
+		return up, qerr
+	}
 	if err != nil || up.Replaced == nil {
 		return up, err
 	}
@@ -432,6 +456,25 @@ func (n *Node) PinPeer(ctx context.Context, nodeID string, ed ed25519.PublicKey,
 		n.names.set(nodeID, name) // a rename counts from the next recall
 	}
 	return err
+}
+
+// quarantineAuthor quarantines every surfaced record of author, or, with
+// keep set, those whose signature does not verify with keep.
+func (n *Node) quarantineAuthor(ctx context.Context, author string, keep ed25519.PublicKey) (int, error) {
+	if keep != nil {
+		return n.quarantineForged(ctx, author, keep)
+	}
+	var keys []string
+	err := n.st.Scan(ctx, store.Window{Author: author}, func(kt store.KeyTime) error {
+		keys = append(keys, kt.Key)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finding the records of %s: %w", author, err)
+	}
+	q, err := n.st.Quarantine(ctx, keys)
+	n.Counters.Quarantined.Add(int64(q))
+	return q, err
 }
 
 // quarantineForged quarantines the records of author whose signature does

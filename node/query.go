@@ -143,7 +143,7 @@ func (n *Node) Get(ctx context.Context, key string) (*Stored, error) {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
 	if r.Meta.Quarantined {
-		return nil, fmt.Errorf("%w: record %s is %w: the author key it was admitted under was replaced by a handshake", ErrNotFound, key, ErrQuarantined)
+		return nil, fmt.Errorf("%w: record %s is %w: its author key was replaced by a handshake or is disputed", ErrNotFound, key, ErrQuarantined)
 	}
 	rec, err := cmb.Decode(r.Raw)
 	if err != nil {
@@ -223,8 +223,32 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 	return res, nil
 }
 
+// Storage says whether the store writes (docs/store.md, "A full disk").
+type Storage struct {
+	Writable bool `json:"writable"`
+	DiskFull bool `json:"diskFull"`
+	// ReadOnly: opened on a full disk; a restart once space is freed
+	// makes it writable. Otherwise writes resume by themselves.
+	ReadOnly bool   `json:"readOnly,omitempty"`
+	Path     string `json:"path,omitempty"`
+	Free     uint64 `json:"freeBytes,omitempty"`
+	Need     uint64 `json:"needBytes,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// Storage reports whether the store writes.
+func (n *Node) Storage() Storage {
+	e := n.st.DiskState()
+	if e == nil {
+		return Storage{Writable: true}
+	}
+	return Storage{DiskFull: true, ReadOnly: e.ReadOnly, Path: e.Path, Free: e.Free, Need: e.Need, Message: e.Error()}
+}
+
 // Status describes the running node.
 type Status struct {
+	// Storage is whether the store writes (a full disk stops it).
+	Storage Storage `json:"storage"`
 	// Version is the daemon's build; ProtocolVersion the MMP version it speaks.
 	Version         string   `json:"version"`
 	ProtocolVersion string   `json:"protocolVersion"`
@@ -252,7 +276,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		Version: n.version, ProtocolVersion: cmb.ProtocolVersion,
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
-		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), E2EPublicKey: n.id.E2EPublicKeyDER(), Counters: n.Counters.Snapshot(),
+		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), E2EPublicKey: n.id.E2EPublicKeyDER(), Counters: n.Counters.Snapshot(), Storage: n.Storage(),
 		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),
 	}
 	if m := n.getMesh(); m != nil {

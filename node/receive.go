@@ -155,6 +155,18 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if c.Duplicate, err = n.Has(ctx, rec.Key); err != nil {
 		return nil, err
 	}
+	if a.disputed {
+		// Kept for the operator's decision, but neither surfaced nor
+		// relayed: a squatter's records must not reach other members.
+		if !c.Duplicate {
+			if _, err := n.keep(ctx, rec, store.Meta{Source: src.NodeID, Verified: true, Decrypted: c.Decrypted, Quarantined: true}); err != nil {
+				return nil, err
+			}
+			n.Counters.Quarantined.Add(1)
+		}
+		return nil, fmt.Errorf("%w: %w: %w: %s (record %s kept in quarantine; `cmbnode trust` picks a key)",
+			ErrRejected, ErrDisputed, errLocalState, rec.CreatedBy, rec.Key)
+	}
 	if !c.Duplicate {
 		rep, err := lineage.Validate(ctx, n.st, rec.Key, rec.Parents(), rec.Ancestors())
 		if errors.Is(err, lineage.ErrLineage) {
@@ -200,6 +212,8 @@ type authorKey struct {
 	confirmed bool
 	// needsPin: the frame offers a key the roster lacks for a nodeId author.
 	needsPin bool
+	// disputed: two keys claim the author's nodeId (ErrDisputed).
+	disputed bool
 }
 
 // authorKeys resolves the author's keys: our own identity for our nodeId,
@@ -247,6 +261,23 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (autho
 		return authorKey{pub: framePub, x: frameX, needsPin: framePub != nil}, nil
 	case err != nil:
 		return authorKey{}, err
+	}
+	if p.Conflicted() {
+		// Either claimant's signature is checked, so the record is kept
+		// (quarantined) whichever of them is the member.
+		a := authorKey{pub: ed25519.PublicKey(p.Ed25519), x: p.X25519, disputed: true}
+		if framePub != nil {
+			if !p.Claims(framePub) {
+				return conflict()
+			}
+			a.pub = framePub
+			for _, c := range p.Claimants {
+				if framePub.Equal(ed25519.PublicKey(c.Ed25519)) {
+					a.x = c.X25519
+				}
+			}
+		}
+		return a, nil
 	}
 	if framePub != nil && len(p.Ed25519) > 0 && !framePub.Equal(ed25519.PublicKey(p.Ed25519)) {
 		return conflict()
@@ -362,6 +393,9 @@ func rejectReason(err error) string {
 	if errors.Is(err, ErrRejected) {
 		if errors.Is(err, ErrKeyConflict) {
 			return "key-conflict"
+		}
+		if errors.Is(err, ErrDisputed) {
+			return "author-disputed"
 		}
 		return "rejected"
 	}

@@ -186,17 +186,31 @@ func TestOwnIdentityPinnedAtOpen(t *testing.T) {
 	}
 }
 
-// A handshake presenting another key for a confirmed pin is refused as a
-// key conflict, which adapters match without knowing the roster.
-func TestPinPeerConflictIsKeyConflict(t *testing.T) {
+// A handshake presenting another key for a confirmed pin is recorded as a
+// conflict, not refused: the author's records are quarantined and neither
+// key is believed until Trust picks one; a key the operator trusted is
+// then not disputed again (a key conflict adapters match without knowing
+// the roster).
+func TestPinPeerConflictIsRecorded(t *testing.T) {
 	ctx := context.Background()
 	alice, _ := openNode(t, "alice", "alpha")
 	bob, _ := openNode(t, "bob", "alpha")
 	introduce(t, alice, bob)
 	other, _, _ := ed25519.GenerateKey(rand.Reader)
-	err := alice.PinPeer(ctx, bob.Identity().NodeID, other, nil, "bob")
+	if err := alice.PinPeer(ctx, bob.Identity().NodeID, other, nil, "not bob"); err != nil {
+		t.Fatalf("a second handshake key: %v, want a recorded conflict", err)
+	}
+	cs, err := alice.Conflicts(ctx)
+	if err != nil || len(cs) != 1 || cs[0].NodeID != bob.Identity().NodeID || len(cs[0].Keys) != 2 {
+		t.Fatalf("conflicts: %+v %v", cs, err)
+	}
+	bobKey := bob.Identity().Ed25519.Public().(ed25519.PublicKey)
+	if res, err := alice.Trust(ctx, bob.Identity().NodeID, bobKey, nil); err != nil || !res.Resolved {
+		t.Fatalf("trust: %+v %v", res, err)
+	}
+	err = alice.PinPeer(ctx, bob.Identity().NodeID, other, nil, "not bob")
 	if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrKeyConflict) || !errors.Is(err, store.ErrKeyConflict) {
-		t.Fatalf("conflicting handshake key: %v, want rejected, key conflict", err)
+		t.Fatalf("a handshake key against a trusted pin: %v, want rejected, key conflict", err)
 	}
 	if !IsLocalVerdict(err) || rejectReason(err) != "key-conflict" {
 		t.Fatalf("conflicting handshake key: local verdict %v, reason %q", IsLocalVerdict(err), rejectReason(err))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -25,6 +26,40 @@ type Peer struct {
 	// node's own identity). An unconfirmed pin came with a gossiped frame
 	// and yields to the first confirmed key offered for the nodeId.
 	Confirmed bool `json:"confirmed,omitempty"`
+	// Trusted is true when the operator chose the key (TrustPeer: `cmbnode
+	// trust`, or an invite's inviter): no handshake can dispute it, so a
+	// different key is refused (*KeyConflictError), not recorded.
+	Trusted bool `json:"trusted,omitempty"`
+	// Claimants are the other keys that proved, in a handshake, to claim
+	// this nodeId while Ed25519 was pinned confirmed. First sight is no
+	// proof of who owns a nodeId, so neither key wins: while there are
+	// claimants the nodeId is in conflict, its records are quarantined,
+	// and only TrustPeer ends it.
+	Claimants []Claimant `json:"claimants,omitempty"`
+}
+
+// Claimant is one more key a handshake presented for a pinned nodeId.
+type Claimant struct {
+	Ed25519 []byte    `json:"ed25519"`
+	X25519  []byte    `json:"x25519,omitempty"`
+	Name    string    `json:"name,omitempty"`
+	Since   time.Time `json:"since"`
+}
+
+// Conflicted reports whether more than one key claims the nodeId.
+func (p *Peer) Conflicted() bool { return len(p.Claimants) > 0 }
+
+// Claims reports whether ed is the pinned key or a claimant's.
+func (p *Peer) Claims(ed []byte) bool {
+	if bytes.Equal(p.Ed25519, ed) {
+		return true
+	}
+	for _, c := range p.Claimants {
+		if bytes.Equal(c.Ed25519, ed) {
+			return true
+		}
+	}
+	return false
 }
 
 // PeerUpdate is what PutPeer did.
@@ -34,6 +69,9 @@ type PeerUpdate struct {
 	Changed bool
 	// Replaced is the unconfirmed Ed25519 key a confirmed one displaced, or nil.
 	Replaced []byte
+	// NewClaimant: this sighting made (or widened) a conflict over the
+	// nodeId; Conflicted: the nodeId is in conflict (Peer.Claimants).
+	NewClaimant, Conflicted bool
 }
 
 // ErrKeyConflict is matched (errors.Is) by every *KeyConflictError.
@@ -120,6 +158,17 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (PeerUpdate, error) {
 func mergePeer(cur, p Peer) (PeerUpdate, error) {
 	out := cur
 	up := PeerUpdate{}
+	if len(p.Ed25519) > 0 && len(cur.Ed25519) > 0 && !cur.Trusted && cur.Confirmed && p.Confirmed &&
+		!bytes.Equal(cur.Ed25519, p.Ed25519) || cur.Conflicted() && cur.Claims(p.Ed25519) {
+		// Two proved keys for one nodeId: record the claim, pick neither.
+		up.Conflicted = true
+		if !cur.Claims(p.Ed25519) {
+			out.Claimants = append(slices.Clone(cur.Claimants), Claimant{Ed25519: p.Ed25519, X25519: p.X25519, Name: p.Name, Since: p.LastSeen})
+			up.NewClaimant, up.Changed = true, true
+		}
+		up.Peer = out
+		return up, nil
+	}
 	replace := p.Confirmed && !cur.Confirmed && len(p.Ed25519) > 0 &&
 		len(cur.Ed25519) > 0 && !bytes.Equal(cur.Ed25519, p.Ed25519)
 	if replace {
@@ -253,4 +302,58 @@ func (s *Store) DeletePeer(ctx context.Context, nodeID string) error {
 		return fmt.Errorf("deleting peer %s: %w", nodeID, err)
 	}
 	return nil
+}
+
+// TrustPeer pins p.Ed25519 for p.NodeID as the operator's choice: confirmed
+// and trusted, ending any conflict (the other claimants are forgotten). The
+// X25519 key is p's, or else the one the chosen key came with. It returns
+// the roster entry as it was (found false for a nodeId never seen).
+func (s *Store) TrustPeer(ctx context.Context, p Peer) (prev Peer, found bool, err error) {
+	if err := checkName("nodeId", p.NodeID, false); err != nil {
+		return Peer{}, false, err
+	}
+	if len(p.Ed25519) == 0 {
+		return Peer{}, false, fmt.Errorf("%w: trusting %s: no Ed25519 key", ErrInvalid, p.NodeID)
+	}
+	now := s.opts.Now()
+	j := newJob(ctx, 512, func(t *wtx) (func(), error) {
+		cur, ok, err := readPeerTx(t, p.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		prev, found = cur, ok
+		out := cur
+		if !ok {
+			out = Peer{NodeID: p.NodeID, FirstSeen: now}
+		}
+		x := p.X25519
+		if len(x) == 0 {
+			if bytes.Equal(cur.Ed25519, p.Ed25519) {
+				x = cur.X25519
+			}
+			for _, c := range cur.Claimants {
+				if bytes.Equal(c.Ed25519, p.Ed25519) {
+					x = c.X25519
+					if c.Name != "" {
+						out.Name = c.Name
+					}
+				}
+			}
+		}
+		if p.Name != "" {
+			out.Name = p.Name
+		}
+		out.Ed25519, out.X25519, out.Confirmed, out.Trusted, out.Claimants = p.Ed25519, x, true, true, nil
+		out.LastSeen = now
+		v, err := json.Marshal(out)
+		if err != nil {
+			return nil, err
+		}
+		t.set(peerKey(p.NodeID), v)
+		return nil, nil
+	})
+	if err := s.submitOne(ctx, j); err != nil {
+		return Peer{}, false, fmt.Errorf("trusting a key for %s: %w", p.NodeID, err)
+	}
+	return prev, found, nil
 }

@@ -65,12 +65,23 @@ const (
 
 var walCRC = crc32.MakeTable(crc32.Castagnoli)
 
+// errNoRoom: growing the log would leave less free space than its reserve.
+var errNoRoom = errors.New("too little free space to grow the log")
+
+// noRoomError is errNoRoom with the free space the growth needed.
+type noRoomError struct{ need uint64 }
+
+func (e *noRoomError) Error() string        { return errNoRoom.Error() }
+func (e *noRoomError) Is(target error) bool { return target == errNoRoom }
+
 // errSegmentGone: a pointer read raced with compaction removing its
 // segment; reading the record's key again finds it moved.
 var errSegmentGone = errors.New("log segment removed")
 
 type segLog struct {
 	dir string
+	// reserve is the free space grow leaves on the file system (errNoRoom).
+	reserve uint64
 
 	// Written by the syncer (and Open/Close) only.
 	f      *os.File // current segment
@@ -306,6 +317,10 @@ func (l *segLog) grow(need int64) error {
 	for target < need {
 		target += walGrow
 	}
+	// Nothing is written, so nothing is to undo: the frame waits for room.
+	if need := uint64(target-l.size) + l.reserve; !l.roomFor(need) {
+		return &noRoomError{need: need}
+	}
 	if l.direct != nil && l.size%walAlign == 0 {
 		// One direct write of zeros, durable with its new size when it
 		// returns: no page cache to fill now and to drop again when the
@@ -336,6 +351,13 @@ func (l *segLog) grow(need int64) error {
 	}
 	l.size = target
 	return nil
+}
+
+// roomFor reports whether the file system has need bytes free (or does
+// not say).
+func (l *segLog) roomFor(need uint64) bool {
+	free, ok := freeBytes(l.dir)
+	return !ok || free >= need
 }
 
 func (l *segLog) sync() error {

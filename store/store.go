@@ -102,6 +102,10 @@ type Options struct {
 	// ValueLogFileBytes sizes badger's value-log files, the unit in which
 	// compactValueLog gives space back (default 64 MiB).
 	ValueLogFileBytes int64
+	// MinFreeBytes is the free space the store keeps on its file system:
+	// below it writes are refused with a *DiskFullError, and resume once
+	// it is back (default: two memtables and two log growths, 40 MiB).
+	MinFreeBytes int64
 
 	// hooks are set only by tests (hooks.go).
 	hooks *testHooks
@@ -230,6 +234,11 @@ type Store struct {
 	log *segLog
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
+	// full is the disk-full condition writes were last refused for; nil
+	// once a write succeeds (or DiskState sees space back).
+	full atomic.Pointer[DiskFullError]
+	// readOnly: opened on a disk too full for badger to open for writing.
+	readOnly bool
 	// batches/batched measure how well commits are shared.
 	batches atomic.Int64
 	batched atomic.Int64
@@ -263,10 +272,21 @@ type Store struct {
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if noSpace(err) {
+			free, _ := freeBytes(filepath.Dir(dir))
+			return nil, &DiskFullError{Path: dir, Free: free, Need: openNeed(dir), Err: err}
+		}
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("creating store directory: %w", err))
 	}
+	// On a disk too full for badger to open for writing (its memory-mapped
+	// files would kill the process, not fail), the store opens read-only:
+	// everything held can be read, no write is attempted.
+	free, known := freeBytes(dir)
+	need := openNeed(dir)
+	readOnly := known && free < need
 
 	bo := badger.DefaultOptions(dir).
+		WithReadOnly(readOnly).
 		WithLogger(badgerLogger{opts.Logger}).
 		// Acknowledged means durable, but not through badger's own syncs
 		// (two msyncs per commit: the value log, even with nothing written
@@ -294,6 +314,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithMetricsEnabled(false)
 	db, err := badger.Open(bo)
 	if err != nil {
+		if noSpace(err) {
+			free, _ = freeBytes(dir)
+			return nil, &DiskFullError{Path: dir, Free: free, Need: need, Err: err}
+		}
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
@@ -307,6 +331,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		idx:      newTextIndex(runtime.Gosched),
 		order:    newOrderIndex(),
 		trust:    newTrustState(),
+		readOnly: readOnly,
+	}
+	if readOnly {
+		s.full.Store(&DiskFullError{Path: dir, Free: free, Need: need, ReadOnly: true})
 	}
 	if err := s.checkFormat(); err != nil {
 		db.Close()
@@ -399,9 +427,13 @@ func badgerDamage(err error) bool {
 // the page cache), makes badger durable and opens the newest log segment
 // for appending after its last whole frame.
 func (s *Store) recover() error {
-	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}}
+	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}, reserve: s.opts.reserve()}
 	s.log = l
-	if err := s.replaySegments(l); err != nil {
+	replay := s.replaySegments
+	if s.readOnly {
+		replay = s.openSegmentsReadOnly
+	}
+	if err := replay(l); err != nil {
 		l.close()
 		s.log = nil
 		return err
@@ -532,6 +564,8 @@ func (s *Store) checkFormat() error {
 	switch {
 	case err != nil:
 		return err
+	case found == nil && s.readOnly:
+		return s.full.Load() // a new store cannot be made on a full disk
 	case found == nil:
 		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
 	case string(found) != formatVersion:
@@ -639,8 +673,11 @@ func (s *Store) Close() error {
 		<-s.wdone
 		// Once badger is durable no frame needs replaying: the mark moves
 		// to the end of the log, and the segment drops its unused room.
-		serr := syncBadger(s.db, s.dir)
-		if serr == nil && s.broken() == nil {
+		var serr error
+		if !s.readOnly {
+			serr = syncBadger(s.db, s.dir)
+		}
+		if serr == nil && s.broken() == nil && !s.readOnly {
 			if serr = s.log.seal(); serr == nil {
 				serr = s.mark()
 			}

@@ -139,3 +139,56 @@ func (s *Store) loadSigners() error {
 		return nil
 	})
 }
+
+// Unquarantine surfaces quarantined records again (the operator chose
+// their author's key): they return to the time, group and author orders
+// and the text index. It returns how many were quarantined before.
+func (s *Store) Unquarantine(ctx context.Context, keys []string) (int, error) {
+	var jobs []*job
+	marked := make([]bool, len(keys))
+	for i, key := range keys {
+		jobs = append(jobs, newJob(ctx, 256, func(t *wtx) (func(), error) {
+			v, found, err := t.get(recKey(key))
+			if err != nil || !found {
+				return nil, err
+			}
+			rec, err := decodeRecord(key, v, false)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
+			}
+			if !rec.Meta.Quarantined {
+				return nil, nil
+			}
+			v = slices.Clone(v)
+			v[1] &^= flQuarantined
+			t.set(recKey(key), v)
+			marked[i] = true
+			rec.Meta.Quarantined = false
+			return func() {
+				at := s.orderAt(&rec)
+				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
+				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
+			}, nil
+		}))
+	}
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	errs, err := s.submit(ctx, jobs)
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("unquarantining %d records: %w", len(keys), err)
+	}
+	n := 0
+	s.trust.mu.Lock()
+	for i, m := range marked {
+		if m {
+			delete(s.trust.quarantined, keys[i])
+			n++
+		}
+	}
+	s.trust.mu.Unlock()
+	return n, nil
+}

@@ -28,11 +28,27 @@ func TestConfirmedKeyReplacesUnconfirmedPin(t *testing.T) {
 		!bytes.Equal(up.Peer.X25519, realKey) || !up.Peer.Confirmed {
 		t.Fatalf("handshake did not replace the frame pin: %+v", up)
 	}
-	// Once confirmed, no key displaces it: not a frame's, not a handshake's.
-	for _, p := range []Peer{{NodeID: "node-a", Ed25519: other}, {NodeID: "node-a", Ed25519: other, Confirmed: true}} {
-		if _, err := s.PutPeer(ctx, p); !errors.Is(err, ErrKeyConflict) {
-			t.Fatalf("%+v against a confirmed pin: %v, want a key conflict", p, err)
-		}
+	// Once confirmed, no frame's key displaces it; another handshake's key
+	// is recorded as a claimant, a conflict neither key wins.
+	if _, err := s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: other}); !errors.Is(err, ErrKeyConflict) {
+		t.Fatalf("a frame key against a confirmed pin: %v, want a key conflict", err)
+	}
+	up, err = s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: other, Confirmed: true})
+	if err != nil || !up.NewClaimant || !up.Conflicted || !bytes.Equal(up.Peer.Ed25519, realKey) || len(up.Peer.Claimants) != 1 {
+		t.Fatalf("a second confirmed key: %+v %v, want a claimant beside the pin", up, err)
+	}
+	if p, _ := s.GetPeer(ctx, "node-a"); !p.Conflicted() || !p.Claims(other) || !p.Claims(realKey) {
+		t.Fatalf("roster after the conflict: %+v", p)
+	}
+	// The operator's choice ends it, and is not disputed again.
+	if _, _, err := s.TrustPeer(ctx, Peer{NodeID: "node-a", Ed25519: other}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.GetPeer(ctx, "node-a"); p.Conflicted() || !p.Trusted || !bytes.Equal(p.Ed25519, other) {
+		t.Fatalf("roster after trust: %+v", p)
+	}
+	if _, err := s.PutPeer(ctx, Peer{NodeID: "node-a", Ed25519: realKey, Confirmed: true}); !errors.Is(err, ErrKeyConflict) {
+		t.Fatalf("a handshake key against a trusted pin: %v, want a key conflict", err)
 	}
 	// The same key confirmed later confirms without replacing.
 	if _, err := s.PutPeer(ctx, Peer{NodeID: "node-b", Ed25519: frameKey}); err != nil {

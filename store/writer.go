@@ -67,6 +67,10 @@ type batch struct {
 	write bool
 	// applied: badger took the batch, so the index must too.
 	applied bool
+	// refused: its frame was not written for want of space (the store
+	// goes on); newKeys are the records it would have added.
+	refused error
+	newKeys []string
 }
 
 // ovEntry is the latest write to a key by a batch not yet in badger.
@@ -181,6 +185,9 @@ func (w *writerState) add(cur *batch, j *job) *batch {
 	if err == nil {
 		err = w.s.broken()
 	}
+	if err == nil && w.s.readOnly {
+		err = w.s.diskFull(nil, w.s.opts.reserve())
+	}
 	if err == nil {
 		mark := len(cur.ops)
 		w.undo = w.undo[:0]
@@ -236,6 +243,39 @@ func (w *writerState) applied(b *batch) {
 		w.rtxn.Discard()
 		w.rtxn = nil
 	}
+}
+
+// forget drops from known the records a refused batch would have added.
+func (w *writerState) forget(b *batch) {
+	for _, k := range b.newKeys {
+		delete(w.known, k)
+	}
+}
+
+// refuse fails every job of cur, the batch built while a refused one was
+// being written: its jobs read that batch's writes (a put of the same
+// record found it "already stored"), so acknowledging them could
+// acknowledge what is not on disk. Its writes leave the overlay, and it
+// goes to the syncer with nothing to write.
+func (w *writerState) refuse(cur *batch, cause error) {
+	for i := range cur.errs {
+		if cur.errs[i] == nil {
+			cur.errs[i] = fmt.Errorf("committing to store: %w", cause)
+		}
+		cur.afters[i] = nil
+	}
+	for _, op := range cur.ops {
+		if e, ok := w.ov[string(op.key)]; ok && e.seq == cur.seq {
+			// A write of an older batch to the same key, not yet in
+			// badger, is hidden until that batch is applied (a read of
+			// the roster may see badger's older entry meanwhile).
+			delete(w.ov, string(op.key))
+		}
+	}
+	w.forget(cur)
+	// Jobs added to cur from here on did not see the refused batch: they
+	// are written (or refused) on their own.
+	cur.ops, cur.count, cur.size, cur.newKeys = nil, 0, 0, nil
 }
 
 func (s *Store) writer() {
@@ -312,6 +352,12 @@ func (s *Store) writer() {
 			}
 		case b := <-synced:
 			inflight = false
+			if b.refused != nil {
+				w.forget(b)
+				if cur != nil {
+					w.refuse(cur, b.refused)
+				}
+			}
 			w.retire(b)
 			expect = max(expect+len(b.jobs)-early, 0)
 			early = 0
@@ -450,8 +496,30 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 			if pending != nil {
 				applied()
 			}
-			if err != nil {
+			if err != nil && (errors.Is(err, errNoRoom) || noSpace(err)) {
+				// Out of space: the frame was not written, or its write
+				// failed where nothing acknowledged lies (frames are only
+				// ever written after the end of the last durable one, and
+				// off stays there), so the next frame is written in its
+				// place. The store refuses this batch and goes on.
+				var cause error
+				need := s.opts.reserve()
+				if nr := (*noRoomError)(nil); errors.As(err, &nr) {
+					need = nr.need
+				} else {
+					cause = err
+				}
+				err = s.diskFull(cause, need)
+				b.refused = err
+			} else if err != nil {
 				s.breakWith(err)
+			} else if s.full.Load() != nil {
+				s.full.Store(nil)
+				if s.opts.Logger != nil {
+					s.opts.Logger.Info("the store writes again: disk space is back", "path", s.dir)
+				}
+			}
+			if err != nil {
 				for i := range b.errs {
 					if b.errs[i] == nil {
 						b.errs[i] = fmt.Errorf("committing to store: %w", err)
@@ -472,9 +540,14 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		pending = b
 		// The batch is durable in the log already: its callers need not
 		// wait for badger's sync at a checkpoint.
-		if b.write && s.log.since >= s.opts.hooks.checkpointBytes() {
+		if b.write && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint() {
 			applyPending()
-			if err := s.checkpoint(); err != nil {
+			if err := s.checkpoint(); noSpace(err) {
+				// Badger is not made durable, or no new segment is
+				// started: the frames since the mark stay to be applied
+				// again, as after a crash. Tried again at the next commit.
+				s.diskFull(err, s.opts.reserve())
+			} else if err != nil {
 				s.breakWith(err)
 			}
 		}
@@ -859,8 +932,16 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			}
 			t.w.known[rec.Key] = struct{}{}
 			setAnnexes(t, rec.Key, annexes)
+			t.b.newKeys = append(t.b.newKeys, rec.Key)
 			r.Record = rec
 			t.count(1)
+			if rec.Meta.Quarantined {
+				// Kept, never surfaced: no order or text index holds it.
+				s.trust.mu.Lock()
+				s.trust.quarantined[rec.Key] = struct{}{}
+				s.trust.mu.Unlock()
+				return nil, nil
+			}
 			return func() {
 				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
 				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)

@@ -116,7 +116,7 @@ func TestCLIAgainstADaemon(t *testing.T) {
 	if r = call("peers"); r.code != 0 || strings.TrimSpace(r.stdout) != "no peers" {
 		t.Fatalf("peers: %+v", r)
 	}
-	if r = call("peers", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != `{"peers":[]}` {
+	if r = call("peers", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != `{"conflicts":[],"peers":[]}` {
 		t.Fatalf("peers --json: %+v", r)
 	}
 
@@ -136,6 +136,8 @@ func TestCLIAgainstADaemon(t *testing.T) {
 		{[]string{"remember", "--focus", "x", "--parent", "cmb1-" + strings.Repeat("1", 64)}, 1, "(not_found)"},
 		{[]string{"remember", "--focus", "x", "--to", "nobody"}, 1, `no peer named "nobody"`},
 		{[]string{"status", "extra"}, 2, "unexpected argument"},
+		{[]string{"trust", "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f"}, 2, "nodeId and the Ed25519 key"},
+		{[]string{"trust", "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f", "not-a-key"}, 1, "(bad_request)"},
 	} {
 		r := call(c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

@@ -98,6 +98,9 @@ func request(e *env, args []string, name, typ string) (json.RawMessage, string, 
 func daemonErr(err error) error {
 	var e *ipc.Error
 	if errors.As(err, &e) {
+		if e.Code == ipc.CodeDiskFull {
+			return fmt.Errorf("%s (%s): nothing was stored; reads still work. Free space on that file system; `cmbnode status` shows when the store writes again", e.Message, e.Code)
+		}
 		return fmt.Errorf("%s (%s)", e.Message, e.Code)
 	}
 	return err
@@ -152,6 +155,11 @@ func cmdStatus(e *env, args []string) error {
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
+	if s := st.Storage; s.DiskFull {
+		fmt.Fprintf(tw, "storage\tDISK FULL: %s\n", s.Message)
+	} else {
+		fmt.Fprintf(tw, "storage\twritable\n")
+	}
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
 	fmt.Fprintf(tw, "x25519\t%s\n", st.E2EPublicKey)
 	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", sock, st.SocketClients)
@@ -168,6 +176,10 @@ func cmdStatus(e *env, args []string) error {
 		rej += " (" + strings.Join(parts, ", ") + ")"
 	}
 	fmt.Fprintf(tw, "rejected\t%s\n", rej)
+	for _, c := range st.Conflicts {
+		fmt.Fprintf(tw, "CONFLICT\tnodeId %s is claimed by %d keys (%s); its records are quarantined until `cmbnode trust %s KEY`\n",
+			c.NodeID, len(c.Keys), strings.Join(c.Keys, ", "), c.NodeID)
+	}
 	if len(st.Quarantined) > 0 {
 		fmt.Fprintf(tw, "quarantined\t%d records (admitted under an author key a handshake replaced)\n", len(st.Quarantined))
 		for _, k := range st.Quarantined {
@@ -183,11 +195,13 @@ func cmdPeers(e *env, args []string) error {
 		return err
 	}
 	var r struct {
-		Peers []node.PeerInfo `json:"peers"`
+		Peers     []node.PeerInfo `json:"peers"`
+		Conflicts []node.Conflict `json:"conflicts"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return fmt.Errorf("daemon sent an unreadable peer list: %w", err)
 	}
+	printConflicts(e, r.Conflicts)
 	if len(r.Peers) == 0 {
 		fmt.Fprintln(e.stdout, "no peers")
 		return nil
@@ -572,4 +586,50 @@ func truncate(s string, n int) string {
 	}
 	r := []rune(s)
 	return strings.TrimSpace(string(r[:n-1])) + "…"
+}
+
+// printConflicts warns of nodeIds two keys claim, with the command that
+// ends each conflict.
+func printConflicts(e *env, cs []node.Conflict) {
+	for _, c := range cs {
+		fmt.Fprintf(e.stdout, "CONFLICT: nodeId %s is claimed by %d keys; its records are quarantined until you pick one:\n", c.NodeID, len(c.Keys))
+		for i, k := range c.Keys {
+			fmt.Fprintf(e.stdout, "  cmbnode trust %s %s   # %s\n", c.NodeID, k, truncate(c.Names[i], 24))
+		}
+	}
+}
+
+func cmdTrust(e *env, args []string) error {
+	fs := newFlags(e, "trust", "trust [--home DIR] [--json] NODEID KEY")
+	home, asJSON := clientFlags(fs)
+	rest, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return usagef("trust takes a nodeId and the Ed25519 key to pin for it (as `cmbnode peers` lists a conflict)")
+	}
+	s, done, err := connect(e, *home)
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := s.c.Call(s.ctx, ipc.TypeTrust, map[string]any{"nodeId": rest[0], "key": rest[1]})
+	if err != nil {
+		return daemonErr(err)
+	}
+	var res node.TrustResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("daemon sent an unreadable trust result: %w", err)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, res)
+	}
+	what := "pinned"
+	if res.Resolved {
+		what = "conflict resolved: pinned"
+	}
+	fmt.Fprintf(e.stdout, "%s %s for %s; %d record(s) it signed surfaced, %d signed by another key quarantined\n",
+		what, res.Key, res.NodeID, res.Unquarantined, res.Quarantined)
+	return nil
 }

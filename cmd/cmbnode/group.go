@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"cmbnode/cmb"
 	"cmbnode/group"
 	"cmbnode/node/config"
 	"cmbnode/node/daemon"
 	"cmbnode/node/groupkey"
+	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
 )
 
@@ -221,6 +224,11 @@ func makeInvite(e *env, home string, g groupkey.Group, ep groupkey.Epoch, expire
 		}
 	}
 	inv := groupkey.Invite{Group: g.Name, ID: g.ID, Epoch: ep, Addrs: addrs}
+	// The inviter's nodeId and key: the joiner pins them before it first
+	// connects, so no member can claim this node's nodeId to it first.
+	if id, err := identity.Load(home); err == nil {
+		inv.InviterNodeID, inv.InviterKey = id.NodeID, id.Ed25519.Public().(ed25519.PublicKey)
+	}
 	if expires > 0 {
 		inv.Expires = time.Now().Add(expires)
 	}
@@ -297,6 +305,11 @@ func cmdJoin(e *env, args []string) error {
 			return err
 		}
 	}
+	if inv.InviterNodeID != "" {
+		if err := pinInviter(e, h, inv); err != nil {
+			return err
+		}
+	}
 	switch {
 	case !added:
 		fmt.Fprintf(e.stdout, "this home already holds epoch %d of group %s\n", inv.Epoch.N, inv.Group)
@@ -315,6 +328,29 @@ func groupErr(err error, home string) error {
 		return fmt.Errorf("%w; this home is in another private group of that name: join with a fresh --home, or pass --replace to join (its records are then shared with the new group)", err)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("%w; check the owner and mode of %s", err, home)
+	}
+	return err
+}
+
+// pinInviter pins the inviter's key for its nodeId, as the operator's
+// choice (confirmed and trusted), before the first connection: through the
+// running daemon, or in the store when none runs.
+func pinInviter(e *env, home string, inv groupkey.Invite) error {
+	key := ed25519.PublicKey(inv.InviterKey)
+	c, err := ipc.Dial(e.ctx, daemon.SocketPath(home))
+	switch {
+	case err == nil:
+		defer c.Close()
+		_, err := c.Call(e.ctx, ipc.TypeTrust, map[string]any{"nodeId": inv.InviterNodeID, "key": cmb.EncodeKey(key)})
+		if err != nil {
+			return fmt.Errorf("pinning the inviter %s: %w", inv.InviterNodeID, daemonErr(err))
+		}
+		return nil
+	case errors.Is(err, ipc.ErrNoDaemon):
+		if err := daemon.TrustOffline(e.ctx, home, inv.InviterNodeID, key); err != nil {
+			return fmt.Errorf("pinning the inviter %s: %w", inv.InviterNodeID, withFix(err))
+		}
+		return nil
 	}
 	return err
 }

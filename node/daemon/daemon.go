@@ -233,6 +233,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}
+	if st := n.Storage(); st.DiskFull {
+		log.Warn("the disk is full: the daemon starts, serving reads; writes are refused with disk_full until space is freed",
+			"path", st.Path, "free", st.Free, "need", st.Need, "readOnly", st.ReadOnly)
+	}
 	d := &daemon{log: log}
 	d.add("close store", n.Close)
 	defer d.stop()

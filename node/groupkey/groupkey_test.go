@@ -2,6 +2,7 @@ package groupkey
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -240,6 +241,20 @@ func TestInvite(t *testing.T) {
 	if err := got.ForGroup("beta"); !errors.Is(err, ErrInviteGroup) {
 		t.Errorf("another group: %v", err)
 	}
+	if got.InviterNodeID != "" || got.InviterKey != nil {
+		t.Errorf("an invite without an inviter parsed with one: %+v", got)
+	}
+	// The inviter's nodeId and key travel with it, both or neither.
+	withInviter := inv
+	withInviter.InviterNodeID, withInviter.InviterKey = "0190F5C2-1a2b-7c3d-8e4f-5a6b7c8d9e0f", bytes.Repeat([]byte{7}, 32)
+	got, err = ParseInvite(withInviter.String(), time.Now())
+	if err != nil || got.InviterNodeID != "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f" || !bytes.Equal(got.InviterKey, withInviter.InviterKey) {
+		t.Fatalf("inviter round trip: %+v %v", got, err)
+	}
+	halfInviter, _ := json.Marshal(map[string]any{"g": "alpha", "i": strings.Repeat("ab", IDSize), "e": 1, "c": 1,
+		"s": base64.RawURLEncoding.EncodeToString(make([]byte, SecretSize)), "n": "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f"})
+	shortKey, _ := json.Marshal(map[string]any{"g": "alpha", "i": strings.Repeat("ab", IDSize), "e": 1, "c": 1,
+		"s": base64.RawURLEncoding.EncodeToString(make([]byte, SecretSize)), "n": "0190f5c2-1a2b-7c3d-8e4f-5a6b7c8d9e0f", "k": "AAAA"})
 	inv.Expires = time.Now().Add(-time.Minute)
 	expired := inv.String()
 	swapped := []byte(line)
@@ -258,6 +273,8 @@ func TestInvite(t *testing.T) {
 		{"not base64", invitePrefix + "!!!!", ErrInviteGarbled},
 		{"empty", "", ErrInviteGarbled},
 		{"unknown member", withSum(odd), ErrInviteGarbled},
+		{"inviter without key", withSum(halfInviter), ErrInviteGarbled},
+		{"inviter key too short", withSum(shortKey), ErrInviteGarbled},
 	} {
 		_, err := ParseInvite(c.s, time.Now())
 		if !errors.Is(err, c.want) {

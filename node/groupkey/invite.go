@@ -20,7 +20,11 @@ import (
 //
 // where payload is JSON {"g": name, "i": hex id, "e": epoch, "s": base64url
 // secret, "c": the epoch's creation (Unix ms), "x": expiry (Unix s, 0 for
-// none), "a": [dialable multiaddrs with /p2p/]}. The checksum catches a
+// none), "a": [dialable multiaddrs with /p2p/], "n": the inviter's nodeId,
+// "k": its Ed25519 public key (base64url)}. The inviter's key lets the
+// joiner pin it before its first connection, so nobody can claim the
+// inviter's nodeId to it first; invites without "n" and "k" (older ones)
+// still parse. The checksum catches a
 // garbled paste (a changed, dropped or added character) before anything is
 // written. Whoever holds an invite holds the secret: the expiry guards
 // against pasting a stale invite, it does not revoke one (rotate for that).
@@ -28,8 +32,10 @@ const (
 	invitePrefix = "cmbnode-invite-1."
 	maxInvite    = 8 << 10
 	maxAddrs     = 16
-	maxAddrLen   = 256
-	checksumSize = 4
+	// inviterKeySize is an Ed25519 public key's.
+	inviterKeySize = 32
+	maxAddrLen     = 256
+	checksumSize   = 4
 )
 
 // Reasons an invite is refused, wrapped by *InviteError.
@@ -55,6 +61,10 @@ type Invite struct {
 	Epoch   Epoch
 	Expires time.Time // zero: never
 	Addrs   []string
+	// InviterNodeID and InviterKey name the member that made the invite
+	// (both or neither; the key is 32 bytes of Ed25519).
+	InviterNodeID string
+	InviterKey    []byte
 }
 
 type inviteJSON struct {
@@ -65,6 +75,8 @@ type inviteJSON struct {
 	C int64    `json:"c"`
 	X int64    `json:"x,omitempty"`
 	A []string `json:"a,omitempty"`
+	N string   `json:"n,omitempty"`
+	K string   `json:"k,omitempty"`
 }
 
 // String encodes the invite as its one line.
@@ -72,6 +84,10 @@ func (inv Invite) String() string {
 	j := inviteJSON{
 		G: inv.Group, I: hex.EncodeToString(inv.ID[:]), E: inv.Epoch.N,
 		S: base64.RawURLEncoding.EncodeToString(inv.Epoch.Secret[:]), C: inv.Epoch.Created.UnixMilli(), A: inv.Addrs,
+		N: inv.InviterNodeID,
+	}
+	if len(inv.InviterKey) > 0 {
+		j.K = base64.RawURLEncoding.EncodeToString(inv.InviterKey)
 	}
 	if !inv.Expires.IsZero() {
 		j.X = inv.Expires.Unix()
@@ -141,6 +157,19 @@ func ParseInvite(s string, now time.Time) (Invite, error) {
 		}
 	}
 	inv.Addrs = j.A
+	if (j.N == "") != (j.K == "") {
+		return Invite{}, garbled("it names the inviter's nodeId or key, not both")
+	}
+	if j.N != "" {
+		if len(j.N) > 64 || strings.Trim(strings.ToLower(j.N), "0123456789abcdef-") != "" {
+			return Invite{}, garbled("the inviter's nodeId %q is not a nodeId", j.N)
+		}
+		k, err := base64.RawURLEncoding.DecodeString(j.K)
+		if err != nil || len(k) != inviterKeySize {
+			return Invite{}, garbled("the inviter's key is not %d bytes of Ed25519", inviterKeySize)
+		}
+		inv.InviterNodeID, inv.InviterKey = strings.ToLower(j.N), k
+	}
 	if j.X != 0 {
 		inv.Expires = time.Unix(j.X, 0)
 		if now.After(inv.Expires) {

@@ -337,8 +337,9 @@ func (c *Client) Lineage(ctx context.Context, key string, depth int) (node.Linea
 // StatusReply is a status result.
 type StatusReply struct {
 	node.Status
-	SocketClients        int64 `json:"socketClients"`
-	SocketClientsDropped int64 `json:"socketClientsDropped"`
+	Conflicts            []node.Conflict `json:"conflicts"`
+	SocketClients        int64           `json:"socketClients"`
+	SocketClientsDropped int64           `json:"socketClientsDropped"`
 }
 
 // Status describes the running node.

@@ -31,6 +31,8 @@ type Node interface {
 	Import(ctx context.Context, lines []node.ExportLine) (node.ImportResult, error)
 	CheckStore(ctx context.Context) (node.CheckResult, error)
 	Forget(ctx context.Context, ref string) (node.ForgetResult, error)
+	Conflicts(ctx context.Context) ([]node.Conflict, error)
+	Trust(ctx context.Context, nodeID string, key ed25519.PublicKey, x []byte) (node.TrustResult, error)
 }
 
 // CGPHandler answers the socket's `query` and `verify` requests with the CGP
@@ -53,6 +55,8 @@ func codeOf(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.Is(err, node.ErrDiskFull):
+		return &Error{Code: CodeDiskFull, Message: err.Error()}
 	case errors.Is(err, node.ErrBadRequest):
 		return &Error{Code: CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, node.ErrRejected):
@@ -172,11 +176,30 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 	case TypeQuery, TypeVerify:
 		return c.srv.cgp(ctx, typ, m)
 	case TypeStatus:
-		return statusReply{Status: n.Status(), Clients: c.srv.clients.Load(), ClientsDropped: c.srv.dropped.Load()}, nil
+		conflicts, err := n.Conflicts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return statusReply{Status: n.Status(), Conflicts: conflicts, Clients: c.srv.clients.Load(), ClientsDropped: c.srv.dropped.Load()}, nil
 	case TypePeers:
+		conflicts, err := n.Conflicts(ctx)
+		if err != nil {
+			return nil, err
+		}
 		return struct {
-			Peers []node.PeerInfo `json:"peers"`
-		}{n.Peers()}, nil
+			Peers     []node.PeerInfo `json:"peers"`
+			Conflicts []node.Conflict `json:"conflicts"`
+		}{n.Peers(), conflicts}, nil
+	case TypeTrust:
+		var nodeID, key string
+		if json.Unmarshal(m["nodeId"], &nodeID) != nil || json.Unmarshal(m["key"], &key) != nil || nodeID == "" || key == "" {
+			return nil, Errorf(CodeBadRequest, "trust needs \"nodeId\" and \"key\" (the Ed25519 key to pin, base64url, as status and peers list it)")
+		}
+		pub, err := cmb.ParsePublicKey(key)
+		if err != nil {
+			return nil, Errorf(CodeBadRequest, "key: %v", err)
+		}
+		return n.Trust(ctx, nodeID, pub, nil)
 	case TypeListen:
 		return nil, c.listen(typ, id)
 	case TypeRecent:
@@ -205,14 +228,16 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 	case TypeCheck:
 		return n.CheckStore(ctx)
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, forget", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, forget, trust", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.
 type statusReply struct {
 	node.Status
-	Clients        int64 `json:"socketClients"`
-	ClientsDropped int64 `json:"socketClientsDropped"`
+	// Conflicts are nodeIds two keys claim (docs/mesh.md); `trust` ends one.
+	Conflicts      []node.Conflict `json:"conflicts"`
+	Clients        int64           `json:"socketClients"`
+	ClientsDropped int64           `json:"socketClientsDropped"`
 }
 
 func (s *Server) cgp(ctx context.Context, typ string, m message) (any, error) {

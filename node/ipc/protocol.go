@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // MaxMessage is the cap on one message in either direction.
@@ -28,6 +27,7 @@ const (
 	CodeRejected       = "rejected"
 	CodeNotFound       = "not_found"
 	CodeUnavailable    = "unavailable"
+	CodeDiskFull       = "disk_full"
 	CodeInternal       = "internal"
 )
 
@@ -50,6 +50,7 @@ const (
 	TypeImport   = "import"
 	TypeCheck    = "check"
 	TypeForget   = "forget"
+	TypeTrust    = "trust"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot
@@ -81,7 +82,7 @@ type Event struct {
 func encodeResult(action string, id json.RawMessage, payload any) ([]byte, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"type":"result","action":`...)
-	b = strconv.AppendQuote(b, action)
+	b = appendJSONString(b, action)
 	if len(id) > 0 {
 		b = append(b, `,"id":`...)
 		b = append(b, id...)
@@ -109,14 +110,14 @@ func encodeError(action string, id json.RawMessage, e *Error) []byte {
 	b = append(b, `{"type":"error"`...)
 	if action != "" {
 		b = append(b, `,"action":`...)
-		b = strconv.AppendQuote(b, action)
+		b = appendJSONString(b, action)
 	}
 	if len(id) > 0 {
 		b = append(b, `,"id":`...)
 		b = append(b, id...)
 	}
 	b = append(b, `,"code":`...)
-	b = strconv.AppendQuote(b, e.Code)
+	b = appendJSONString(b, e.Code)
 	msg, _ := json.Marshal(e.Message) // a string always marshals
 	b = append(b, `,"message":`...)
 	b = append(b, msg...)
@@ -131,7 +132,7 @@ func encodeEvent(name string, data any) ([]byte, error) {
 	}
 	b := make([]byte, 0, 64+len(d))
 	b = append(b, `{"type":"event","event":`...)
-	b = strconv.AppendQuote(b, name)
+	b = appendJSONString(b, name)
 	b = append(b, `,"data":`...)
 	b = append(b, d...)
 	return append(b, '}'), nil

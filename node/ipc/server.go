@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +52,21 @@ type Options struct {
 	// listen subscription; 0 (the default) never does, since agents keep
 	// connections open between remembers.
 	IdleTimeout time.Duration
+	// MaxHeldBytes bounds what the server holds for all its clients
+	// together: requests read and not yet answered, replies not yet
+	// written (128 MiB). Past it the client holding the most is dropped.
+	MaxHeldBytes int64
+	// ConnHeldBytes is one client's allowance of the same (2 MiB): past
+	// it the server reads nothing more from it until it reads its
+	// replies. One message always fits.
+	ConnHeldBytes int64
+	// ConnReplyBytes is how much of one client's replies may wait to be
+	// written (256 KiB) before none more of its requests run: a client
+	// that does not read costs the daemon no more work.
+	ConnReplyBytes int64
+	// Workers is how many requests run at once over all clients
+	// (8 × GOMAXPROCS, at least 16), taken in turn fairly between clients.
+	Workers int
 	// DrainTimeout is how long Serve waits, when stopping, for in-flight
 	// requests to finish and their replies to be written (5 s).
 	DrainTimeout time.Duration
@@ -67,6 +83,10 @@ func DefaultOptions() Options {
 		MessageTimeout: 30 * time.Second,
 		WriteTimeout:   10 * time.Second,
 		DrainTimeout:   5 * time.Second,
+		MaxHeldBytes:   128 << 20,
+		ConnHeldBytes:  2 << 20,
+		ConnReplyBytes: 256 << 10,
+		Workers:        max(16, 8*runtime.GOMAXPROCS(0)),
 	}
 }
 
@@ -80,6 +100,10 @@ func (o *Options) defaults() {
 	opt.Default(&o.MessageTimeout, def.MessageTimeout)
 	opt.Default(&o.WriteTimeout, def.WriteTimeout)
 	opt.Default(&o.DrainTimeout, def.DrainTimeout)
+	opt.Default(&o.MaxHeldBytes, def.MaxHeldBytes)
+	opt.Default(&o.ConnHeldBytes, def.ConnHeldBytes)
+	opt.Default(&o.ConnReplyBytes, def.ConnReplyBytes)
+	opt.Default(&o.Workers, def.Workers)
 }
 
 // Server serves the local socket.
@@ -95,8 +119,11 @@ type Server struct {
 
 	clients  atomic.Int64 // connected now
 	accepted atomic.Int64
-	dropped  atomic.Int64 // dropped for not reading
-	wg       sync.WaitGroup
+	// held is what the server holds for all clients: the sum of conn.held.
+	held    atomic.Int64
+	sched   *sched
+	dropped atomic.Int64 // dropped for not reading
+	wg      sync.WaitGroup
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -107,6 +134,8 @@ type Stats struct {
 	Clients  int64 // connected now
 	Accepted int64 // ever
 	Dropped  int64 // dropped for not reading what they were sent
+	// HeldBytes is what the server holds for its clients now.
+	HeldBytes int64
 }
 
 // InUseError means a live daemon already serves the socket.
@@ -164,7 +193,7 @@ func Listen(opts Options) (*Server, error) {
 	}
 	return &Server{
 		opts: opts, node: opts.Node, log: opts.Logger, ln: ln,
-		conns: map[*conn]struct{}{}, stopping: make(chan struct{}),
+		conns: map[*conn]struct{}{}, stopping: make(chan struct{}), sched: newSched(opts.Workers),
 	}, nil
 }
 
@@ -204,7 +233,7 @@ func Probe(path string) (alive bool, pid int) {
 
 // Stats reports the socket's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load()}
+	return Stats{Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load(), HeldBytes: s.held.Load()}
 }
 
 // Serve accepts clients until ctx is done or Close is called. Before it
@@ -288,6 +317,7 @@ func (s *Server) shutdown() {
 		s.mu.Unlock()
 		<-done
 	}
+	s.sched.stop()
 }
 
 func (s *Server) newConn(nc *net.UnixConn) *conn {
@@ -299,11 +329,13 @@ func (s *Server) newConn(nc *net.UnixConn) *conn {
 	s.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
-		srv: s, nc: nc, id: s.nextID, br: bufio.NewReaderSize(nc, 64<<10),
+		srv: s, nc: nc, id: s.nextID, br: bufio.NewReaderSize(nc, 16<<10),
 		out: make(chan outMsg, s.opts.WriteQueue), dead: make(chan struct{}),
 		readDone: make(chan struct{}), writerDone: make(chan struct{}),
 		sem: make(chan struct{}, s.opts.MaxInFlight), ctx: ctx, cancel: cancel,
+		drained: make(chan struct{}, 1),
 	}
+	c.q = &fairQ{c: c, idx: -1}
 	s.conns[c] = struct{}{}
 	s.clients.Add(1)
 	return c
@@ -342,6 +374,89 @@ type conn struct {
 
 	subMu sync.Mutex
 	sub   *events.Sub
+
+	// held is what the server holds for this client: requests read and
+	// not yet answered, replies queued and not yet written. The reader
+	// waits while it is over ConnHeldBytes; drained wakes it.
+	held    atomic.Int64
+	drained chan struct{}
+	// unsent is the part of held that is replies not yet written.
+	unsent atomic.Int64
+	q      *fairQ
+}
+
+// hold counts n bytes held for c; over the server's budget, the client
+// holding the most is dropped (it may be c).
+func (c *conn) hold(n int) {
+	c.held.Add(int64(n))
+	if c.srv.held.Add(int64(n)) > c.srv.opts.MaxHeldBytes {
+		c.srv.dropWorst()
+	}
+}
+
+// release uncounts n bytes, and lets c's reader go on once it is under
+// its allowance.
+func (c *conn) release(n int) {
+	c.srv.held.Add(-int64(n))
+	if c.held.Add(-int64(n)) <= c.srv.opts.ConnHeldBytes {
+		select {
+		case c.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// holdReply and releaseReply count a reply from queued to written; its
+// client's requests run again once few enough of its replies wait.
+func (c *conn) holdReply(n int) {
+	c.unsent.Add(int64(n))
+	c.hold(n)
+}
+
+func (c *conn) releaseReply(n int) {
+	c.release(n)
+	if c.unsent.Add(-int64(n)) <= c.srv.opts.ConnReplyBytes {
+		c.srv.sched.unpark(c.q)
+	}
+}
+
+func (c *conn) overAllowance() bool { return c.held.Load() > c.srv.opts.ConnHeldBytes }
+
+// repliesWait reports whether more of c's replies wait to be written than
+// it may have: it is not reading them.
+func (c *conn) repliesWait() bool { return c.unsent.Load() > c.srv.opts.ConnReplyBytes }
+
+// dropWorst drops the live client holding the most, while what live
+// clients hold is over the budget: memory the daemon holds for clients is
+// bounded whatever they send, and the one that caused it goes first.
+func (s *Server) dropWorst() {
+	s.mu.Lock()
+	var worst *conn
+	var live int64
+	for c := range s.conns {
+		if c.isDead() {
+			continue
+		}
+		h := c.held.Load()
+		live += h
+		if worst == nil || h > worst.held.Load() {
+			worst = c
+		}
+	}
+	s.mu.Unlock()
+	if worst != nil && live > s.opts.MaxHeldBytes {
+		worst.drop(fmt.Sprintf("the socket holds %d bytes for its clients, over its %d-byte budget, and this client holds the most (%d)",
+			live, s.opts.MaxHeldBytes, worst.held.Load()))
+	}
+}
+
+func (c *conn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
 }
 
 var errTooLarge = errors.New("message too large")
@@ -362,6 +477,21 @@ func (c *conn) serve() {
 	case <-time.After(c.srv.opts.WriteTimeout):
 	}
 	c.kill()
+	<-c.writerDone
+	// Nothing adds to held any more: give back what is left unwritten.
+	for {
+		select {
+		case m := <-c.out:
+			c.releaseReply(len(m.b))
+			continue
+		default:
+		}
+		break
+	}
+	if n := c.held.Swap(0); n != 0 {
+		c.srv.held.Add(-n)
+	}
+	c.unsent.Store(0)
 }
 
 // stopReading makes the reader return at its next read (server shutdown).
@@ -377,6 +507,11 @@ func (c *conn) kill() {
 		c.cancel()
 		c.nc.Close()
 	})
+	// Its queued requests are not left to wait their turn: they run here,
+	// finding the connection gone, and give back what they held.
+	for _, job := range c.srv.sched.take(c.q) {
+		job()
+	}
 }
 
 // drop disconnects a client that stopped reading.
@@ -408,10 +543,12 @@ func (c *conn) enqueue(m outMsg) bool {
 		return false
 	default:
 	}
+	c.holdReply(len(m.b))
 	select {
 	case c.out <- m:
 		return true
 	default:
+		c.releaseReply(len(m.b))
 		c.drop(fmt.Sprintf("write queue of %d messages is full", cap(c.out)))
 		return false
 	}
@@ -445,7 +582,9 @@ func (c *conn) writer() {
 	}
 	var evC <-chan events.Event // nil until the listen reply is written
 	writeMsg := func(m outMsg) bool {
-		if !write(m.b) {
+		ok := write(m.b)
+		c.releaseReply(len(m.b))
+		if !ok {
 			return false
 		}
 		if m.sub != nil {
@@ -460,8 +599,15 @@ func (c *conn) writer() {
 				return
 			}
 		case ev := <-evC:
-			if b := c.srv.eventBytes(ev); b != nil && !write(b) {
-				return
+			// An event being written counts against the budget as a reply
+			// does, so listeners that do not read are bounded by it too.
+			if b := c.srv.eventBytes(ev); b != nil {
+				c.holdReply(len(b))
+				ok := write(b)
+				c.releaseReply(len(b))
+				if !ok {
+					return
+				}
 			}
 		case <-c.readDone:
 			for {
@@ -498,6 +644,15 @@ func (c *conn) readLoop() {
 	for {
 		if c.stopRead.Load() {
 			return
+		}
+		// Read nothing more from a client that does not read its
+		// replies: what it sent stays in its socket, not in the daemon.
+		for c.overAllowance() {
+			select {
+			case <-c.drained:
+			case <-c.dead:
+				return
+			}
 		}
 		msg, err := c.readMessage(first)
 		first = false
@@ -642,6 +797,17 @@ func (c *conn) process(msg []byte) bool {
 		c.send(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
 		return true
 	}
+	// Text that is not UTF-8 is refused before anything of the request is
+	// used or echoed: repaired, it would be signed as text the agent did
+	// not send, and echoed raw (an id) it would make the reply invalid JSON.
+	if member, problem := badText(m); member != "" {
+		var id json.RawMessage
+		if member != "id" && validID(m["id"]) {
+			id = m["id"]
+		}
+		c.send(encodeError("", id, badTextError(member, problem)))
+		return true
+	}
 	id := m["id"]
 	if string(id) == "null" {
 		id = nil
@@ -661,26 +827,32 @@ func (c *conn) process(msg []byte) bool {
 	if cap(c.buf) > 256<<10 {
 		c.buf = nil // one huge message should not pin a megabyte per idle client
 	}
+	// The request is held until its reply is queued (which holds the reply).
+	size := len(msg)
+	c.hold(size)
 	run := func() {
+		defer func() { <-c.sem; c.inflight.Done(); c.release(size) }()
+		if c.ctx.Err() != nil {
+			return // dropped meanwhile: nobody will read the reply
+		}
 		if reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m)); reply != nil {
 			c.send(reply)
 		}
 	}
 	if id == nil {
 		c.inflight.Wait()
-		run()
-		return true
 	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.dead:
+		c.release(size)
 		return false
 	}
 	c.inflight.Add(1)
-	go func() {
-		defer func() { <-c.sem; c.inflight.Done() }()
-		run()
-	}()
+	c.srv.sched.submit(c.q, run)
+	if id == nil {
+		c.inflight.Wait()
+	}
 	return true
 }
 

@@ -1,0 +1,173 @@
+package ipc
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// sched runs the socket's request handlers on a fixed set of workers, in
+// an order fair between connections, so a flood on some connections does
+// not make another wait behind it: start-time fair queueing, where a job's
+// cost is the time it ran. A connection that becomes busy starts at the
+// current virtual time, so an honest client's request waits for at most
+// the jobs already running, however many the flooders queued. A
+// connection holding more than its byte allowance (replies it does not
+// read) is parked: its jobs wait until the client reads.
+//
+// Invariant: a connection is in the heap exactly when it has queued jobs
+// and is not parked (q.idx >= 0).
+type sched struct {
+	mu      sync.Mutex
+	ready   schedHeap
+	vnow    time.Duration
+	work    *sync.Cond
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+// fairQ is a connection's place in the scheduler; guarded by sched.mu.
+type fairQ struct {
+	c      *conn
+	jobs   []func()
+	vstart time.Duration // virtual start of its next job
+	avg    time.Duration // its jobs' typical cost, charged at dispatch
+	idx    int           // in the heap, or -1
+	parked bool
+}
+
+// key orders the connections with work: by virtual start, and behind by
+// the expected cost of the jobs a connection keeps waiting after its next.
+// Fair queueing alone would make a client with one request wait behind
+// the first job of every flooding client; charging a connection for its
+// queue up front puts the client that asks one thing at a time first.
+func (q *fairQ) key() time.Duration {
+	return q.vstart + time.Duration(max(len(q.jobs)-1, 0))*q.cost()
+}
+
+func (q *fairQ) cost() time.Duration { return max(q.avg, 50*time.Microsecond) }
+
+func newSched(workers int) *sched {
+	s := &sched{}
+	s.work = sync.NewCond(&s.mu)
+	for range workers {
+		s.wg.Go(s.worker)
+	}
+	return s
+}
+
+// submit queues job for c.
+func (s *sched) submit(q *fairQ, job func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(q.jobs) == 0 && q.idx < 0 && !q.parked {
+		q.vstart = max(q.vstart, s.vnow)
+	}
+	q.jobs = append(q.jobs, job)
+	switch {
+	case q.idx >= 0:
+		heap.Fix(&s.ready, q.idx)
+	case !q.parked:
+		heap.Push(&s.ready, q)
+		s.work.Signal()
+	}
+}
+
+// unpark lets a parked connection's jobs run again once it holds less
+// than its allowance.
+func (s *sched) unpark(q *fairQ) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !q.parked {
+		return
+	}
+	q.parked = false
+	if len(q.jobs) > 0 && q.idx < 0 {
+		q.vstart = max(q.vstart, s.vnow)
+		heap.Push(&s.ready, q)
+		s.work.Signal()
+	}
+}
+
+// take removes and returns the jobs c has queued (c is gone: its caller
+// runs them at once, each finding the connection dead).
+func (s *sched) take(q *fairQ) []func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	jobs := q.jobs
+	q.jobs, q.parked = nil, false
+	if q.idx >= 0 {
+		heap.Remove(&s.ready, q.idx)
+	}
+	return jobs
+}
+
+func (s *sched) worker() {
+	s.mu.Lock()
+	for {
+		for len(s.ready) == 0 && !s.stopped {
+			s.work.Wait()
+		}
+		if s.stopped {
+			s.mu.Unlock()
+			return
+		}
+		q := heap.Pop(&s.ready).(*fairQ)
+		if q.c.repliesWait() && q.c.ctx.Err() == nil {
+			// Its replies are not being read: run nothing more for it
+			// until they are (unpark), or it is dropped.
+			q.parked = true
+			continue
+		}
+		job := q.jobs[0]
+		q.jobs[0] = nil
+		q.jobs = q.jobs[1:]
+		s.vnow = q.vstart
+		charged := q.cost()
+		q.vstart += charged
+		if len(q.jobs) > 0 {
+			heap.Push(&s.ready, q)
+		}
+		s.mu.Unlock()
+		t0 := time.Now()
+		job()
+		d := time.Since(t0)
+		s.mu.Lock()
+		q.avg = (3*q.avg + d) / 4
+		q.vstart += d - charged
+		if q.idx >= 0 {
+			heap.Fix(&s.ready, q.idx)
+		}
+	}
+}
+
+// stop ends the workers once the jobs queued have run.
+func (s *sched) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.work.Broadcast()
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+type schedHeap []*fairQ
+
+func (h schedHeap) Len() int           { return len(h) }
+func (h schedHeap) Less(i, j int) bool { return h[i].key() < h[j].key() }
+func (h schedHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *schedHeap) Push(x any) {
+	q := x.(*fairQ)
+	q.idx = len(*h)
+	*h = append(*h, q)
+}
+func (h *schedHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.idx = -1
+	return q
+}

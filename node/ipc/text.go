@@ -1,0 +1,132 @@
+package ipc
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// badText finds the first string in a request that is not text the daemon
+// can keep exactly: bytes that are not UTF-8, an escaped UTF-16 surrogate
+// without its pair (both of which encoding/json would turn into U+FFFD, so
+// the record signed would not be the text the agent sent), or a NUL. It
+// returns the member's path ("fields.focus.text", "parents[0]") and what is
+// wrong, or "" when every string (member names included) is clean. m is
+// the request as decoded; raw values are checked, never decoded ones.
+func badText(m message) (member, problem string) {
+	for _, k := range sortedKeys(m) {
+		if p, what := badTextIn(m[k], k); p != "" {
+			return p, what
+		}
+	}
+	return "", ""
+}
+
+func badTextIn(raw json.RawMessage, path string) (string, string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", ""
+	}
+	switch raw[0] {
+	case '"':
+		if what := badString(raw); what != "" {
+			return path, what
+		}
+	case '{':
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return "", ""
+		}
+		// A member name is decoded (and so repaired) as a map key: check
+		// the object's raw bytes for names that are not clean.
+		for _, k := range sortedKeys(obj) {
+			if p, what := badTextIn(obj[k], path+"."+k); p != "" {
+				return p, what
+			}
+		}
+		if what := badString(raw); what != "" {
+			return path, what + " in a member name"
+		}
+	case '[':
+		var arr []json.RawMessage
+		if json.Unmarshal(raw, &arr) != nil {
+			return "", ""
+		}
+		for i, v := range arr {
+			if p, what := badTextIn(v, path+"["+strconv.Itoa(i)+"]"); p != "" {
+				return p, what
+			}
+		}
+	}
+	return "", ""
+}
+
+// badString checks JSON text (one string literal, or an object's bytes)
+// for raw bytes that are not UTF-8, escaped lone surrogates and NULs.
+func badString(b []byte) string {
+	if !utf8.Valid(b) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++ // \" \\ \n …: skip the escaped byte
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			continue
+		}
+		switch {
+		case r == 0:
+			return "holds a NUL (\\u0000)"
+		case r >= 0xD800 && r < 0xDC00:
+			lo, ok := rune(0), false
+			if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				lo, ok = hex4(b, i+8)
+			}
+			if !ok || lo < 0xDC00 || lo >= 0xE000 {
+				return "is not valid UTF-8 (an unpaired surrogate escape)"
+			}
+			i += 11
+		case r >= 0xDC00 && r < 0xE000:
+			return "is not valid UTF-8 (an unpaired surrogate escape)"
+		default:
+			i += 5
+		}
+	}
+	if bytes.IndexByte(b, 0) >= 0 {
+		return "holds a NUL"
+	}
+	return ""
+}
+
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[at:at+4]), 16, 32)
+	return rune(n), err == nil
+}
+
+// sortedKeys orders the members so that, of several bad ones, the same is
+// named every time.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// badTextError words badText's finding for the agent.
+func badTextError(member, problem string) *Error {
+	return Errorf(CodeBadRequest, "%s %s; send text as UTF-8 without NUL", member, problem)
+}
+
+// appendJSONString appends s as a JSON string literal; invalid UTF-8
+// becomes U+FFFD, so output is always valid UTF-8 (strconv.Quote would
+// write Go escapes such as \x80 or \a, which are not JSON).
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
