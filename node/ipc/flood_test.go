@@ -117,6 +117,7 @@ func flood(t testing.TB, ts *testServer, clients, perClient, honestN int, liveHe
 		}
 		line, err := br.ReadBytes('\n')
 		if err != nil || !bytes.Contains(line, []byte(`"type":"result"`)) {
+			t.Logf("honest request %d: %q %v", i, line, err)
 			res.honestFails++
 			continue
 		}

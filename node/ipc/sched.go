@@ -9,11 +9,13 @@ import (
 // sched runs the socket's request handlers on a fixed set of workers, in
 // an order fair between connections, so a flood on some connections does
 // not make another wait behind it: start-time fair queueing, where a job's
-// cost is the time it ran. A connection that becomes busy starts at the
-// current virtual time, so an honest client's request waits for at most
-// the jobs already running, however many the flooders queued. A
-// connection holding more than its byte allowance (replies it does not
-// read) is parked: its jobs wait until the client reads.
+// cost is the time it ran. A connection that becomes busy after being
+// idle starts at the current virtual time, forgiven what it was served
+// before: a client that asks one thing at a time and waits for the answer
+// goes next, not behind every flooder that has had less (key). A
+// connection with more
+// replies waiting than its allowance (it does not read them) is parked:
+// its jobs wait until the client reads.
 //
 // Invariant: a connection is in the heap exactly when it has queued jobs
 // and is not parked (q.idx >= 0).
@@ -28,19 +30,22 @@ type sched struct {
 
 // fairQ is a connection's place in the scheduler; guarded by sched.mu.
 type fairQ struct {
-	c      *conn
-	jobs   []func()
-	vstart time.Duration // virtual start of its next job
-	avg    time.Duration // its jobs' typical cost, charged at dispatch
-	idx    int           // in the heap, or -1
-	parked bool
+	c       *conn
+	jobs    []func()
+	vstart  time.Duration // virtual start of its next job
+	avg     time.Duration // its jobs' typical cost, charged at dispatch
+	idx     int           // in the heap, or -1
+	parked  bool
+	running int // its jobs on workers now
 }
 
-// key orders the connections with work: by virtual start, and behind by
-// the expected cost of the jobs a connection keeps waiting after its next.
-// Fair queueing alone would make a client with one request wait behind
-// the first job of every flooding client; charging a connection for its
-// queue up front puts the client that asks one thing at a time first.
+// key orders the connections with work: by virtual start, behind by the
+// expected cost of the jobs a connection keeps waiting after its next.
+// Fair queueing alone would have a client with one request wait behind
+// the next job of every flooding client; charged for its queue up front,
+// a flooder goes after the client that asks one thing at a time. The
+// client that waits for each answer is not starved in turn: idle between
+// requests, it starts each at the virtual time of the jobs being served.
 func (q *fairQ) key() time.Duration {
 	return q.vstart + time.Duration(max(len(q.jobs)-1, 0))*q.cost()
 }
@@ -60,8 +65,14 @@ func newSched(workers int) *sched {
 func (s *sched) submit(q *fairQ, job func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(q.jobs) == 0 && q.idx < 0 && !q.parked {
-		q.vstart = max(q.vstart, s.vnow)
+	if len(q.jobs) == 0 && q.running == 0 && q.idx < 0 && !q.parked {
+		// Idle until now: it starts from where the others are, with at
+		// most one job of its own as debt. Without the cap a client that
+		// waits for each answer would carry the wall time of its last
+		// request (long under load) and wait behind every flooder that
+		// had less; with no debt at all, a flooder fed one request at a
+		// time (its reader held back) would be as fresh as it.
+		q.vstart = min(max(q.vstart, s.vnow), s.vnow+q.cost())
 	}
 	q.jobs = append(q.jobs, job)
 	switch {
@@ -123,6 +134,7 @@ func (s *sched) worker() {
 		q.jobs[0] = nil
 		q.jobs = q.jobs[1:]
 		s.vnow = q.vstart
+		q.running++
 		charged := q.cost()
 		q.vstart += charged
 		if len(q.jobs) > 0 {
@@ -135,6 +147,7 @@ func (s *sched) worker() {
 		s.mu.Lock()
 		q.avg = (3*q.avg + d) / 4
 		q.vstart += d - charged
+		q.running--
 		if q.idx >= 0 {
 			heap.Fix(&s.ready, q.idx)
 		}
