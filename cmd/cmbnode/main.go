@@ -58,6 +58,7 @@ func commands() []command {
 		{"join", "join a private group with an invite", cmdJoin},
 		{"status", "show the running node", cmdStatus},
 		{"peers", "list handshaken peers", cmdPeers},
+		{"connect", "dial a peer now and wait for its handshake and membership proof", cmdConnect},
 		{"remember", "build, sign, store and publish a CMB", cmdRemember},
 		{"recall", "ranked search over stored CMBs", cmdRecall},
 		{"get", "show one stored CMB", cmdGet},

@@ -30,6 +30,7 @@ type Node interface {
 	Export(ctx context.Context, q node.ExportQuery) (node.ExportPage, error)
 	Import(ctx context.Context, lines []node.ExportLine) (node.ImportResult, error)
 	CheckStore(ctx context.Context) (node.CheckResult, error)
+	Connect(ctx context.Context, addr string) (node.PeerInfo, error)
 }
 
 // CGPHandler answers the socket's `query` and `verify` requests with the CGP
@@ -191,8 +192,23 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		return n.Import(ctx, lines)
 	case TypeCheck:
 		return n.CheckStore(ctx)
+	case TypeConnect:
+		var addr string
+		if err := optional(m, "addr", &addr); err != nil {
+			return nil, err
+		}
+		if addr == "" {
+			return nil, Errorf(CodeBadRequest, "missing member \"addr\" (a multiaddr ending in /p2p/<peerId>)")
+		}
+		p, err := n.Connect(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			Peer node.PeerInfo `json:"peer"`
+		}{p}, nil
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, connect", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.

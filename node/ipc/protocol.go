@@ -49,6 +49,7 @@ const (
 	TypeExport   = "export"
 	TypeImport   = "import"
 	TypeCheck    = "check"
+	TypeConnect  = "connect"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot
