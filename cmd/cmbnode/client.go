@@ -151,6 +151,22 @@ func cmdStatus(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", label, a)
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
+	if r := st.Reach; r != nil {
+		how := "AutoNAT"
+		if r.Forced {
+			how = "set in config"
+		}
+		fmt.Fprintf(tw, "reachability\t%s (%s)\n", r.Reachability, how)
+		relays := "-"
+		if len(r.Relays) > 0 {
+			relays = strings.Join(r.Relays, ", ")
+		}
+		fmt.Fprintf(tw, "relays\t%s\n", relays)
+		if r.RelayService {
+			fmt.Fprintf(tw, "relay service\ton, for members (reservations granted %d, refused %d)\n", r.RelayReservations, r.RelayRefused)
+		}
+		fmt.Fprintf(tw, "hole punches\t%d succeeded, %d failed (%d attempts); %d peers moved to direct\n", r.HolePunchSuccesses, r.HolePunchFailures, r.HolePunchAttempts, r.Upgrades)
+	}
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
 	fmt.Fprintf(tw, "publicKey\t%s\n", st.PublicKey)
 	fmt.Fprintf(tw, "socket\t%s (%d connected)\n", sock, st.SocketClients)
@@ -192,13 +208,17 @@ func cmdPeers(e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tVERSION\tADDRS")
+	fmt.Fprintln(tw, "NODE ID\tNAME\tPEER ID\tGROUP\tVERSION\tCONN\tADDRS")
 	for _, p := range r.Peers {
 		v := "MMP " + p.Version
 		if p.Build != "" {
 			v = p.Build + " (" + v + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(v, 40), truncate(strings.Join(p.Addrs, ","), 60))
+		conn := p.Conn
+		if conn == "" {
+			conn = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, truncate(p.Name, 24), p.PeerID, p.Group, truncate(v, 40), conn, truncate(strings.Join(p.Addrs, ","), 60))
 	}
 	return tw.Flush()
 }
