@@ -114,6 +114,12 @@ func spawnDaemon(tb testing.TB, home string, args ...string) (*daemonProc, error
 func spawnDaemonEnv(tb testing.TB, home string, env []string, args ...string) (*daemonProc, error) {
 	cmd := exec.Command(binary(tb), args...)
 	cmd.Env = append(os.Environ(), env...)
+	return spawnCmd(tb, home, cmd)
+}
+
+// spawnCmd starts cmd, a daemon whose home is home (possibly wrapped, as
+// in `ip netns exec NS cmbnode daemon …`), and waits for its ready line.
+func spawnCmd(tb testing.TB, home string, cmd *exec.Cmd) (*daemonProc, error) {
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}
 	cmd.Stderr = pw

@@ -227,6 +227,11 @@ type Mesh struct {
 	relay        *relayv2.Relay
 	reach        reachState
 	known        *knownPeers
+	// hps is our DCUtR service (startHolePunch); observed are the
+	// addresses peers observed for us in identify, guarded by obsMu.
+	hps      *holepunch.Service
+	obsMu    sync.Mutex
+	observed map[peer.ID]ma.Multiaddr
 
 	drops   *dropTracer
 	scores  peerScores
@@ -289,6 +294,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
 		acceptQ:         make(chan *node.Checked, acceptQueue),
 		admitCh:         make(chan struct{}),
+		observed:        map[peer.ID]ma.Multiaddr{},
 		limit:           newLimiter(cfg.PublishRate, cfg.PublishBurst),
 	}
 	// The mesh outlives the caller's start-up context; Close ends it.
@@ -317,6 +323,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			m.Close()
 			return nil, err
 		}
+	}
+	if err := m.startHolePunch(); err != nil {
+		m.Close()
+		return nil, err
 	}
 	m.goRun(m.watchReachability)
 	h.SetStreamHandler(ProtocolID, m.handleStream)
@@ -382,9 +392,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 //
 // Reach (reach.go): the relay transport is on, so circuit addresses can be
 // dialled and accepted; AutoRelay reserves on the static relays
-// (cfg.Relays) while we are not public; hole punching (DCUtR, TCP and
-// QUIC) upgrades a relayed connection to a direct one; AutoNAT v2 probes
-// reachability unless the setting forces it.
+// (cfg.Relays) while we are not public; AutoNAT v2 probes reachability
+// unless the setting forces it. Hole punching runs beside the host
+// (startHolePunch).
 func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 	cfg := m.cfg
 	priv, err := crypto.UnmarshalEd25519PrivateKey(id.Ed25519)
@@ -432,7 +442,6 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 		libp2p.ConnectionManager(cm),
 		libp2p.ResourceManager(rm),
 		libp2p.EnableRelay(),
-		libp2p.EnableHolePunching(holepunch.WithTracer(hpTracer{m})),
 		libp2p.EnableAutoNATv2(),
 		// Without a registerer libp2p would register in the process-global
 		// Prometheus registry, so its metrics are off unless given one.
@@ -440,7 +449,9 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 	}
 	if len(m.staticRelays) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(m.staticRelays,
-			autorelay.WithBackoff(relayBackoff), autorelay.WithBootDelay(0)))
+			// Static relays cost nothing to ask again: a relay that came
+			// back is used within relayPoll, not libp2p's 30 s.
+			autorelay.WithBackoff(relayBackoff), autorelay.WithBootDelay(0), autorelay.WithMinInterval(relayPoll)))
 	}
 	switch cfg.Reachability {
 	case ReachPublic:
@@ -490,6 +501,9 @@ func (m *Mesh) Close() error {
 		m.cancel()
 		if m.relay != nil {
 			m.relay.Close()
+		}
+		if m.hps != nil {
+			m.hps.Close()
 		}
 		if m.sub != nil {
 			m.sub.Cancel()

@@ -14,7 +14,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 
 	"cmbnode/cmb"
 	"cmbnode/node"
@@ -38,6 +40,7 @@ const (
 const (
 	ConnDirect  = "direct"
 	ConnRelayed = "relayed"
+	ConnBoth    = "direct+relayed"
 )
 
 const (
@@ -45,6 +48,9 @@ const (
 	// refused a reservation again (libp2p's default is an hour: a member
 	// refused because its proof was still in flight would wait that long).
 	relayBackoff = 20 * time.Second
+	// relayPoll is how often AutoRelay looks at the static relays again
+	// when it holds fewer reservations than relays.
+	relayPoll = 5 * time.Second
 	// announceDelay lets a relay record a reservation it just allowed
 	// before it tells the other members the reserving peer is reachable.
 	announceDelay = 200 * time.Millisecond
@@ -252,17 +258,27 @@ func isCircuit(a ma.Multiaddr) bool {
 // isRelayed reports whether c runs through a relay.
 func isRelayed(c network.Conn) bool { return isCircuit(c.RemoteMultiaddr()) }
 
-// connKind says how pid is connected: direct when any connection to it is
-// direct, relayed when all go through relays, "" when none is open.
+// connKind says how pid is connected: ConnDirect, ConnRelayed, or
+// ConnBoth while a peer moves from a relay to a direct connection; ""
+// when no connection is open.
 func (m *Mesh) connKind(pid peer.ID) string {
-	kind := ""
+	direct, relayed := false, false
 	for _, c := range m.h.Network().ConnsToPeer(pid) {
-		if !isRelayed(c) {
-			return ConnDirect
+		if isRelayed(c) {
+			relayed = true
+		} else {
+			direct = true
 		}
-		kind = ConnRelayed
 	}
-	return kind
+	switch {
+	case direct && relayed:
+		return ConnBoth
+	case direct:
+		return ConnDirect
+	case relayed:
+		return ConnRelayed
+	}
+	return ""
 }
 
 // onlyRelayed reports whether every session with pid runs over a relayed
@@ -318,7 +334,7 @@ func (m *Mesh) upgradeToDirect(ctx context.Context, pid peer.ID) {
 	m.goRun(func(ctx context.Context) { m.runSession(ctx, s, true) })
 	deadline := time.Now().Add(upgradeWait)
 	for m.onlyRelayed(pid) {
-		if time.Now().After(deadline) || ctx.Err() != nil || m.connKind(pid) != ConnDirect {
+		if time.Now().After(deadline) || ctx.Err() != nil || m.connKind(pid) == ConnRelayed {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -453,4 +469,144 @@ func (m *Mesh) Connect(ctx context.Context, addr string) (node.PeerInfo, error) 
 		}
 	}
 	return node.PeerInfo{}, &ConnectError{Addr: addr, Stage: "admission", Err: errors.New("the peer left right after its admission")}
+}
+
+// holePunchProtocol is DCUtR's stream protocol; the hole-punch service
+// registers it once it has a public address to offer.
+const holePunchProtocol = "/libp2p/dcutr"
+
+// maxObserved bounds the observed addresses kept (one per peer).
+const maxObserved = 256
+
+// idHost is the libp2p host's identify accessor (*basichost.BasicHost).
+type idHost interface{ IDService() identify.IDService }
+
+// startHolePunch runs DCUtR (TCP and QUIC) as a service of our own rather
+// than libp2p's EnableHolePunching, for two reasons. libp2p's arms only
+// once the host has a public address and then reacts to new inbound
+// relayed connections only; a member's relayed connection is usually made
+// in the first second, before that, and would never be punched — we
+// start the punch ourselves for each member admitted over an inbound
+// relayed connection (punchWhenArmed). And its addresses come from
+// libp2p's observed-address manager; ours from what admitted members saw
+// in identify (holePunchAddrs), so a stranger cannot choose the
+// addresses we offer for a hole punch.
+func (m *Mesh) startHolePunch() error {
+	ih, ok := m.h.(idHost)
+	if !ok {
+		return errors.New("start hole punching: the libp2p host has no identify service")
+	}
+	s, err := holepunch.NewService(m.h, ih.IDService(), m.holePunchAddrs, holepunch.WithTracer(hpTracer{m}))
+	if err != nil {
+		return fmt.Errorf("start hole punching: %w", err)
+	}
+	m.hps = s
+	m.goRun(m.watchObserved)
+	return nil
+}
+
+// watchObserved keeps, per peer, the address it observed for our side of
+// a direct connection made from one of our listen ports (the mapping a
+// port-preserving NAT gives every connection from that port).
+func (m *Mesh) watchObserved(ctx context.Context) {
+	sub, err := m.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	if err != nil {
+		m.log.Warn("cannot follow identify", "err", err)
+		return
+	}
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-sub.Out():
+			if !ok {
+				return
+			}
+			ev := e.(event.EvtPeerIdentificationCompleted)
+			if ev.ObservedAddr == nil || ev.Conn == nil || isRelayed(ev.Conn) || !m.fromListenPort(ev.Conn.LocalMultiaddr()) {
+				continue
+			}
+			m.obsMu.Lock()
+			if _, ok := m.observed[ev.Peer]; ok || len(m.observed) < maxObserved {
+				m.observed[ev.Peer] = ev.ObservedAddr
+			}
+			m.obsMu.Unlock()
+		}
+	}
+}
+
+// fromListenPort reports whether local (a connection's local address) uses
+// the transport and port of one of our listen addresses.
+func (m *Mesh) fromListenPort(local ma.Multiaddr) bool {
+	key := func(a ma.Multiaddr) string {
+		if p, err := a.ValueForProtocol(ma.P_TCP); err == nil {
+			return "tcp/" + p
+		}
+		if p, err := a.ValueForProtocol(ma.P_UDP); err == nil {
+			return "udp/" + p
+		}
+		return ""
+	}
+	k := key(local)
+	if k == "" {
+		return false
+	}
+	for _, l := range m.h.Network().ListenAddresses() {
+		if key(l) == k {
+			return true
+		}
+	}
+	return false
+}
+
+// holePunchAddrs are the public addresses we offer in a hole punch: our
+// own public listen addresses and those admitted members observed for us.
+func (m *Mesh) holePunchAddrs() []ma.Multiaddr {
+	var out []ma.Multiaddr
+	add := func(a ma.Multiaddr) {
+		if a != nil && !isCircuit(a) && manet.IsPublicAddr(a) && !slices.ContainsFunc(out, a.Equal) {
+			out = append(out, a)
+		}
+	}
+	for _, a := range m.h.Addrs() {
+		add(a)
+	}
+	m.obsMu.Lock()
+	obs := make(map[peer.ID]ma.Multiaddr, len(m.observed))
+	for p, a := range m.observed {
+		obs[p] = a
+	}
+	m.obsMu.Unlock()
+	for p, a := range obs {
+		if m.admitted(p) {
+			add(a)
+		}
+	}
+	return out
+}
+
+// punchWhenArmed starts a hole punch with pid, a member admitted over a
+// relayed connection it opened to us (DCUtR's initiator is the side the
+// relayed connection came in to), once the service has armed — it
+// registers its protocol when holePunchAddrs first returns something,
+// polling every few seconds. It gives up when the peer goes away or has
+// a direct connection.
+func (m *Mesh) punchWhenArmed(ctx context.Context, pid peer.ID) {
+	for range 40 { // ~20 s: the service re-checks its addresses every 5 s at most
+		if m.connKind(pid) != ConnRelayed {
+			return
+		}
+		if slices.Contains(m.h.Mux().Protocols(), holePunchProtocol) {
+			if err := m.hps.DirectConnect(pid); err != nil {
+				m.log.Debug("hole punch not done", "peer", pid, "err", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

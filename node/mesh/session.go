@@ -420,6 +420,9 @@ func (m *Mesh) addSession(ss *session) {
 	m.admitCh = make(chan struct{})
 	m.mu.Unlock()
 	m.remember(ss)
+	if c := ss.s.Conn(); isRelayed(c) && c.Stat().Direction == network.DirInbound {
+		m.goRun(func(ctx context.Context) { m.punchWhenArmed(ctx, ss.pid) })
+	}
 	if ok {
 		return
 	}
