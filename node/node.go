@@ -73,8 +73,9 @@ type PeerInfo struct {
 	// its cmbnode version, when it runs cmbnode and says so.
 	Version string `json:"version"`
 	Build   string `json:"build,omitempty"`
-	// Conn is how the peer is connected: "direct", or "relayed" when
-	// every connection to it runs through a circuit relay.
+	// Conn is how the peer is connected: "direct", "relayed" when every
+	// connection to it runs through a circuit relay, "direct+relayed"
+	// while it moves from a relay to a direct connection.
 	Conn string `json:"conn,omitempty"`
 }
 
