@@ -327,7 +327,7 @@ type labRun struct {
 // startLab builds a lab and starts the relay (public, relay service) and
 // A and B (reachability private, the relay as their static relay, no
 // bootstrap, no mDNS), each on port 4747 of its own namespace.
-func startLab(t *testing.T, symmetric bool) *labRun {
+func startLab(t testing.TB, symmetric bool) *labRun {
 	needLab(t)
 	r := &labRun{l: newLab(t, symmetric)}
 	r.relayHome, r.aHome, r.bHome, r.stranger = labGroup(t, t.TempDir())
@@ -343,7 +343,7 @@ func startLab(t *testing.T, symmetric bool) *labRun {
 	return r
 }
 
-func (r *labRun) member(t *testing.T, role, home string, extra ...string) (*daemonProc, *ipc.Client) {
+func (r *labRun) member(t testing.TB, role, home string, extra ...string) (*daemonProc, *ipc.Client) {
 	args := append(listenOn("0.0.0.0", 4747, ""), "--reachability", "private")
 	d := r.l.daemon(role, home, append(args, extra...)...)
 	return d, dialDaemon(t, d)
