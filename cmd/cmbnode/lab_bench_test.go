@@ -107,6 +107,9 @@ func BenchmarkLabHolePunch(b *testing.B) {
 				}
 				waitFor(b, "A sees B leave", 30*time.Second, func() bool { return peerConn(b, ca, bID) == "" })
 			}
+			if f := os.Getenv("CMBNODE_LAB_ALOG"); f != "" {
+				_ = os.WriteFile(f, []byte(a.logs.String()), 0o600) // A's log, to debug the lab
+			}
 			b.ReportMetric(float64(ok), "successes/20")
 			if ok > 0 {
 				b.ReportMetric(float64(took.Milliseconds())/float64(ok), "ms-to-direct")

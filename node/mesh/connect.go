@@ -41,6 +41,9 @@ func (m *Mesh) onConnected(_ network.Network, c network.Conn) {
 	if m.ctx.Err() != nil {
 		return
 	}
+	if isRelayed(c) {
+		m.goRun(func(ctx context.Context) { m.dedupeRelayed(ctx, pid) })
+	}
 	if !isRelayed(c) && m.onlyRelayed(pid) {
 		m.goRun(func(ctx context.Context) { m.upgradeToDirect(ctx, pid) })
 		return
@@ -166,6 +169,19 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 		defer release()
 		if h := m.cfg.peerInfoDialHook; h != nil {
 			defer h(ai)()
+		}
+		// Peer-info often reaches both ends of a pair at once (each is
+		// told of the other). Two dials through a relay would give two
+		// relayed connections, each side the receiving end of one, and
+		// two hole punches that cross and fail: as for /mmp sessions, the
+		// smaller PeerID dials and the larger steps in only if nothing
+		// came within openerGrace.
+		if m.h.ID() > ai.ID {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(openerGrace):
+			}
 		}
 		// A member reached through a relay may not hold its slot yet when
 		// it is announced: one retry after a moment covers that race.

@@ -610,3 +610,45 @@ func (m *Mesh) punchWhenArmed(ctx context.Context, pid peer.ID) {
 		}
 	}
 }
+
+// dedupeWait lets a crossing relayed dial complete before dedupeRelayed
+// looks.
+const dedupeWait = 200 * time.Millisecond
+
+// dedupeRelayed keeps one relayed connection to pid. Two members told of
+// each other at once may each dial through the relay; each is then the
+// receiving end of one circuit, both start a hole punch, and the punches
+// cross and fail. Both sides keep the circuit the smaller PeerID dialled
+// and close the other, so they agree without a word.
+func (m *Mesh) dedupeRelayed(ctx context.Context, pid peer.ID) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(dedupeWait):
+	}
+	var relayed []network.Conn
+	for _, c := range m.h.Network().ConnsToPeer(pid) {
+		if isRelayed(c) {
+			relayed = append(relayed, c)
+		}
+	}
+	if len(relayed) < 2 {
+		return
+	}
+	smallerDials := network.DirOutbound // the direction, seen from here, of a circuit the smaller PeerID dialled
+	if m.h.ID() > pid {
+		smallerDials = network.DirInbound
+	}
+	keep := relayed[0] // both from one side: keep the first, close the rest
+	for _, c := range relayed {
+		if c.Stat().Direction == smallerDials {
+			keep = c
+			break
+		}
+	}
+	for _, c := range relayed {
+		if c != keep {
+			_ = c.Close()
+		}
+	}
+}
