@@ -84,6 +84,57 @@ type PeerInfo struct {
 	// E2EPublicKey is the peer's X25519 key as its handshake's
 	// e2ePublicKey carried it (base64 DER), from the roster.
 	E2EPublicKey string `json:"e2ePublicKey,omitempty"`
+	// Conn is how the peer is connected: "direct", "relayed" when every
+	// connection to it runs through a circuit relay, "direct+relayed"
+	// while it moves from a relay to a direct connection.
+	Conn string `json:"conn,omitempty"`
+}
+
+// Connector is a mesh that dials a peer on request (`cmbnode connect`).
+// Connect returns once the peer is admitted (handshake and, in a private
+// group, membership proof), or an error matching ErrBadRequest (the
+// address), ErrUnavailable (the dial) or ErrRejected (the handshake or
+// proof).
+type Connector interface {
+	Connect(ctx context.Context, addr string) (PeerInfo, error)
+}
+
+// Reacher is a mesh that reports how it is reached, for status.
+type Reacher interface {
+	Reach() Reach
+}
+
+// Reach is how this node is reached: what status shows.
+type Reach struct {
+	// Reachability is public, private or unknown; Forced when it comes
+	// from the setting rather than AutoNAT.
+	Reachability string `json:"reachability"`
+	Forced       bool   `json:"forced"`
+	// RelayService is true when this node relays for the group's members.
+	RelayService bool `json:"relayService"`
+	// Relays are the relays (PeerIDs) this node holds a reservation on.
+	Relays []string `json:"relays"`
+	// RelayReservations and RelayRefused count reservations this node's
+	// relay service granted to members and refused to anyone else.
+	RelayReservations int64 `json:"relayReservations"`
+	RelayRefused      int64 `json:"relayRefused"`
+	// HolePunchAttempts counts hole-punch tries (DCUtR makes up to three
+	// per hole punch); HolePunchSuccesses and HolePunchFailures the hole
+	// punches that ended with and without a direct connection.
+	HolePunchAttempts  int64 `json:"holePunchAttempts"`
+	HolePunchSuccesses int64 `json:"holePunchSuccesses"`
+	HolePunchFailures  int64 `json:"holePunchFailures"`
+	// Upgrades counts peers moved from a relayed to a direct connection.
+	Upgrades int64 `json:"upgrades"`
+}
+
+// Connect dials a peer through the mesh and waits for its admission.
+func (n *Node) Connect(ctx context.Context, addr string) (PeerInfo, error) {
+	c, ok := n.getMesh().(Connector)
+	if !ok {
+		return PeerInfo{}, fmt.Errorf("%w: the node is not on the mesh", ErrUnavailable)
+	}
+	return c.Connect(ctx, addr)
 }
 
 // Node is a running node's core. Its methods are safe for concurrent use.

@@ -269,6 +269,8 @@ type Status struct {
 	// Quarantined lists records held but not surfaced because the author
 	// key they were admitted under was replaced by a handshake.
 	Quarantined []string `json:"quarantined"`
+	// Reach is how the node is reached (nil off the mesh).
+	Reach *Reach `json:"reach,omitempty"`
 }
 
 // Status reports identity, network and counts.
@@ -283,6 +285,10 @@ func (n *Node) Status() Status {
 		s.PeerID = m.PeerID()
 		s.Addrs = m.Addrs()
 		s.Peers = len(m.Peers())
+		if r, ok := m.(Reacher); ok {
+			v := r.Reach()
+			s.Reach = &v
+		}
 	}
 	return s
 }

@@ -154,6 +154,24 @@ func cmdStatus(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", label, a)
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
+	// Labels stay within the widest one above (publicKey), so the
+	// columns scripts read keep their place.
+	if r := st.Reach; r != nil {
+		how := "AutoNAT"
+		if r.Forced {
+			how = "set in config"
+		}
+		fmt.Fprintf(tw, "reach\t%s (%s)\n", r.Reachability, how)
+		relays := "-"
+		if len(r.Relays) > 0 {
+			relays = strings.Join(r.Relays, ", ")
+		}
+		fmt.Fprintf(tw, "relays\t%s\n", relays)
+		if r.RelayService {
+			fmt.Fprintf(tw, "relaying\ton, for members (reservations granted %d, refused %d)\n", r.RelayReservations, r.RelayRefused)
+		}
+		fmt.Fprintf(tw, "holepunch\t%d succeeded, %d failed (%d attempts); %d peers moved to direct\n", r.HolePunchSuccesses, r.HolePunchFailures, r.HolePunchAttempts, r.Upgrades)
+	}
 	fmt.Fprintf(tw, "cmbs\t%d\n", st.CMBs)
 	if s := st.Storage; s.DiskFull {
 		fmt.Fprintf(tw, "storage\tDISK FULL: %s\n", s.Message)
@@ -221,6 +239,11 @@ func cmdPeers(e *env, args []string) error {
 		fmt.Fprintf(tw, "group\t%s\n", p.Group)
 		fmt.Fprintf(tw, "version\t%s\n", truncate(v, 60))
 		fmt.Fprintf(tw, "peerId\t%s\n", p.PeerID)
+		conn := p.Conn
+		if conn == "" {
+			conn = "-"
+		}
+		fmt.Fprintf(tw, "conn\t%s\n", conn)
 		x := p.E2EPublicKey
 		if x == "" {
 			x = "-"

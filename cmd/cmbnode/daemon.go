@@ -18,13 +18,17 @@ func (l *listFlag) Set(v string) error {
 }
 
 func cmdDaemon(e *env, args []string) error {
-	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
 	home := homeFlag(fs)
 	grp := fs.String("group", "", "mesh group to join (overrides config.toml; default \"default\")")
 	public := fs.Bool("public", false, "make the group name-only, for plain MMP nodes: anyone who knows the name can join and read (overrides config.toml)")
-	var listen, bootstrap listFlag
+	var listen, bootstrap, relays listFlag
 	fs.Var(&listen, "listen", "libp2p listen multiaddr (repeatable; overrides config.toml)")
 	fs.Var(&bootstrap, "bootstrap", "peer to dial, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
+	fs.Var(&relays, "relay", "a member relaying for the group, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
+	relayService := fs.Bool("relay-service", false, "relay for the group's members (on a member with a public address)")
+	reach := fs.String("reachability", "", "auto, public or private (default auto: AutoNAT decides)")
+	natPortMap := fs.Bool("nat-port-map", false, "ask the router for a port mapping (UPnP / NAT-PMP)")
 	noMDNS := fs.Bool("no-mdns", false, "turn LAN discovery off")
 	cgpHTTP := fs.String("cgp-http", "", "serve Context Graph Protocol over HTTP at ADDR, e.g. 127.0.0.1:7474")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at ADDR, e.g. 127.0.0.1:9464")
@@ -53,6 +57,14 @@ func cmdDaemon(e *env, args []string) error {
 			o.Listen = listen
 		case "bootstrap":
 			o.Bootstrap = bootstrap
+		case "relay":
+			o.Relays = relays
+		case "relay-service":
+			o.RelayService = relayService
+		case "reachability":
+			o.Reachability = reach
+		case "nat-port-map":
+			o.NATPortMap = natPortMap
 		case "no-mdns":
 			o.NoMDNS = *noMDNS
 		case "cgp-http":

@@ -114,6 +114,12 @@ func spawnDaemon(tb testing.TB, home string, args ...string) (*daemonProc, error
 func spawnDaemonEnv(tb testing.TB, home string, env []string, args ...string) (*daemonProc, error) {
 	cmd := exec.Command(binary(tb), args...)
 	cmd.Env = append(os.Environ(), env...)
+	return spawnCmd(tb, home, cmd)
+}
+
+// spawnCmd starts cmd, a daemon whose home is home (possibly wrapped, as
+// in `ip netns exec NS cmbnode daemon …`), and waits for its ready line.
+func spawnCmd(tb testing.TB, home string, cmd *exec.Cmd) (*daemonProc, error) {
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}
 	cmd.Stderr = pw
@@ -124,13 +130,22 @@ func spawnDaemonEnv(tb testing.TB, home string, env []string, args ...string) (*
 	}
 	ready := make(chan struct{})
 	go func() {
-		sc := bufio.NewScanner(pr)
+		// Lines of any length: a Scanner stops at its first line over 64
+		// KiB, and a daemon whose stderr nobody drains blocks in its
+		// logger, stalling whatever logs.
+		br := bufio.NewReader(pr)
 		seen := false
-		for sc.Scan() {
-			logs.Write(append(sc.Bytes(), '\n'))
-			if !seen && (strings.Contains(sc.Text(), "msg=ready") || strings.Contains(sc.Text(), `"msg":"ready"`)) {
-				seen = true
-				close(ready)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				logs.Write([]byte(strings.TrimSuffix(line, "\n") + "\n"))
+				if !seen && (strings.Contains(line, "msg=ready") || strings.Contains(line, `"msg":"ready"`)) {
+					seen = true
+					close(ready)
+				}
+			}
+			if err != nil {
+				return
 			}
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -301,6 +302,9 @@ func cmdJoin(e *env, args []string) error {
 	}
 	if !exists {
 		c.Group, c.Bootstrap = inv.Group, inv.Addrs
+		// An inviter behind a NAT advertises addresses through its relays:
+		// those relays become the joiner's static relays.
+		c.Relays = relaysOf(inv.Addrs)
 		if err := config.Write(h, c); err != nil {
 			return err
 		}
@@ -353,4 +357,18 @@ func pinInviter(e *env, home string, inv groupkey.Invite) error {
 		return nil
 	}
 	return err
+}
+
+// relaysOf are the relays named by circuit addresses among addrs
+// (".../p2p/<relay>/p2p-circuit/p2p/<peer>" gives ".../p2p/<relay>"), once
+// each.
+func relaysOf(addrs []string) []string {
+	out := []string{}
+	for _, a := range addrs {
+		relay, _, ok := strings.Cut(a, "/p2p-circuit")
+		if ok && strings.Contains(relay, "/p2p/") && !slices.Contains(out, relay) {
+			out = append(out, relay)
+		}
+	}
+	return out
 }

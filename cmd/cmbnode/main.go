@@ -59,6 +59,7 @@ func commands() []command {
 		{"status", "show the running node", cmdStatus},
 		{"peers", "list handshaken peers", cmdPeers},
 		{"trust", "pin a member's key for its nodeId, ending a conflict over it", cmdTrust},
+		{"connect", "dial a peer now and wait for its handshake and membership proof", cmdConnect},
 		{"remember", "build, sign, store and publish a CMB", cmdRemember},
 		{"recall", "ranked search over stored CMBs", cmdRecall},
 		{"get", "show one stored CMB", cmdGet},

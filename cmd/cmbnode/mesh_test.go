@@ -24,11 +24,11 @@ func meshDaemon(t *testing.T, home, grp string, bootstrap ...string) *daemonProc
 	return startDaemon(t, home, args...)
 }
 
-func dialDaemon(t *testing.T, d *daemonProc) *ipc.Client { return dialSock(t, d.sock) }
+func dialDaemon(t testing.TB, d *daemonProc) *ipc.Client { return dialSock(t, d.sock) }
 
 // dialSock connects a test client to a daemon socket; it is closed when the
 // test ends, or earlier by the caller.
-func dialSock(t *testing.T, sock string) *ipc.Client {
+func dialSock(t testing.TB, sock string) *ipc.Client {
 	t.Helper()
 	c, err := ipc.Dial(context.Background(), sock)
 	if err != nil {
@@ -38,7 +38,7 @@ func dialSock(t *testing.T, sock string) *ipc.Client {
 	return c
 }
 
-func status(t *testing.T, c *ipc.Client) ipc.StatusReply {
+func status(t testing.TB, c *ipc.Client) ipc.StatusReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -51,7 +51,7 @@ func status(t *testing.T, c *ipc.Client) ipc.StatusReply {
 
 // waitFor polls cond until it holds or the deadline passes; it returns how
 // long it took. The deadline only bounds a broken run: the time is logged.
-func waitFor(t *testing.T, what string, deadline time.Duration, cond func() bool) time.Duration {
+func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
@@ -63,7 +63,7 @@ func waitFor(t *testing.T, what string, deadline time.Duration, cond func() bool
 	return time.Since(start)
 }
 
-func has(t *testing.T, c *ipc.Client, key string) bool {
+func has(t testing.TB, c *ipc.Client, key string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := c.Call(ctx, ipc.TypeGet, map[string]any{"key": key})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,16 @@ type Config struct {
 	Listen []string `toml:"listen"`
 	// Bootstrap are peers (full multiaddrs with /p2p/) dialled and re-dialled.
 	Bootstrap []string `toml:"bootstrap"`
+	// Relays are members serving circuit relay v2 (full multiaddrs with
+	// /p2p/): kept dialled, and a slot is reserved on them while this node
+	// is not publicly reachable.
+	Relays []string `toml:"relays"`
+	// RelayService serves circuit relay v2 to the group's members only.
+	RelayService bool `toml:"relay_service"`
+	// Reachability is auto (AutoNAT decides), public or private.
+	Reachability string `toml:"reachability"`
+	// NATPortMap asks the router for a port mapping (UPnP / NAT-PMP).
+	NATPortMap bool `toml:"nat_port_map"`
 	// MDNS turns LAN discovery on.
 	MDNS bool `toml:"mdns"`
 	// CGPHTTP is the address of the Context Graph Protocol HTTP binding; "" is off.
@@ -100,7 +111,9 @@ func Default() Config {
 	return Config{
 		Group:            group.Default,
 		RotationGrace:    Duration{24 * time.Hour},
-		Listen:           []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
+		Listen:           DefaultListen(),
+		Relays:           []string{},
+		Reachability:     "auto",
 		MDNS:             true,
 		MaxClockSkew:     Duration{5 * time.Minute},
 		StrictSignatures: true,
@@ -108,6 +121,22 @@ func Default() Config {
 		Embeddings:       DefaultEmbeddings(),
 		SVAF:             DefaultSVAF(),
 	}
+}
+
+// SwarmPort is the default libp2p port, TCP and UDP (QUIC). It is fixed so
+// an address given to other members survives restarts; the mesh falls back
+// to a random port, with a WARN, when it is taken and listen is the
+// default.
+const SwarmPort = 4747
+
+// DefaultListen is every IPv4 interface on SwarmPort, TCP and QUIC.
+func DefaultListen() []string {
+	return []string{fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", SwarmPort), fmt.Sprintf("/ip4/0.0.0.0/udp/%d/quic-v1", SwarmPort)}
+}
+
+// IsDefaultListen reports whether listen is DefaultListen's.
+func IsDefaultListen(listen []string) bool {
+	return slices.Equal(listen, DefaultListen())
 }
 
 // Path is where the config file lives in a home.
@@ -184,6 +213,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
+	for _, a := range c.Relays {
+		if err := CheckBootstrap(a); err != nil {
+			return fmt.Errorf("relays: %w", err)
+		}
+	}
+	if err := CheckReachability(c.Reachability); err != nil {
+		return fmt.Errorf("reachability: %w", err)
+	}
 	if err := CheckHostPort(c.CGPHTTP); err != nil {
 		return fmt.Errorf("cgp_http: %w", err)
 	}
@@ -216,6 +253,15 @@ func CheckBootstrap(addr string) error {
 		return fmt.Errorf("%q names no peer: end it with /p2p/<peer id>, as `cmbnode status` shows it", addr)
 	}
 	return nil
+}
+
+// CheckReachability checks a reachability setting: auto, public or private.
+func CheckReachability(r string) error {
+	switch r {
+	case "auto", "public", "private":
+		return nil
+	}
+	return fmt.Errorf("%q: use auto, public or private", r)
 }
 
 // CheckHostPort checks an HTTP listen address, HOST:PORT or :PORT; ""
@@ -285,12 +331,35 @@ public = %t
 # still admitted for this long, then refused.
 rotation_grace = %s
 
-# libp2p listen addresses. Port 0 picks a free port at start.
+# libp2p listen addresses. The default is the swarm port 4747, TCP and UDP
+# (QUIC), so the addresses other members were given survive a restart; when
+# 4747 is taken the daemon warns and picks a random port. A port set here
+# that is taken is an error. Port 0 picks a free port at start.
 listen = %s
 
 # Peers to dial at start and re-dial with backoff, as full multiaddrs, e.g.
-# "/ip4/192.0.2.10/tcp/4001/p2p/12D3KooW...".
+# "/ip4/192.0.2.10/tcp/4747/p2p/12D3KooW...". Members met before are also
+# re-dialled from peers.json in this directory.
 bootstrap = %s
+
+# Members that relay for the group (relay_service = true on a member with a
+# public address), as full multiaddrs. They are kept dialled; while this
+# node is not publicly reachable it reserves a slot on them, members behind
+# NATs meet through them, and hole punching then tries a direct connection.
+relays = %s
+
+# Serve circuit relay v2 to this group's members (only to peers that passed
+# the handshake and membership proof). Turn on for a member with a public
+# address.
+relay_service = %t
+
+# How others reach this node: "auto" (AutoNAT asks other members), "public"
+# (its addresses are dialable) or "private" (behind NAT: reserve on the
+# relays at once). Set it when the group is too small for AutoNAT to decide.
+reachability = %s
+
+# Ask the router for a port mapping (UPnP / NAT-PMP).
+nat_port_map = %t
 
 # Find peers of the same group on the LAN with mDNS.
 mdns = %t
@@ -327,7 +396,7 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+`, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), list(c.Relays), c.RelayService, q(c.Reachability), c.NATPortMap, c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
 	b.WriteString(renderRecall(c))
 	return b.String()
 }

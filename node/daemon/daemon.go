@@ -70,12 +70,18 @@ type Overrides struct {
 	Public    *bool
 	Listen    []string
 	Bootstrap []string
-	NoMDNS    bool
-	CGPHTTP   *string
-	Metrics   *string
-	Retention *time.Duration
-	LogJSON   *bool
-	LogLevel  *string
+	Relays    []string
+	// RelayService, Reachability and NATPortMap: --relay-service,
+	// --reachability, --nat-port-map.
+	RelayService *bool
+	Reachability *string
+	NATPortMap   *bool
+	NoMDNS       bool
+	CGPHTTP      *string
+	Metrics      *string
+	Retention    *time.Duration
+	LogJSON      *bool
+	LogLevel     *string
 }
 
 // Apply writes the overrides onto c.
@@ -88,6 +94,12 @@ func (o Overrides) Apply(c *config.Config) {
 	if len(o.Bootstrap) > 0 {
 		c.Bootstrap = append([]string(nil), o.Bootstrap...)
 	}
+	if len(o.Relays) > 0 {
+		c.Relays = append([]string(nil), o.Relays...)
+	}
+	override(&c.RelayService, o.RelayService)
+	override(&c.Reachability, o.Reachability)
+	override(&c.NATPortMap, o.NATPortMap)
 	if o.NoMDNS {
 		c.MDNS = false
 	}
@@ -114,6 +126,16 @@ func (o Overrides) Validate() error {
 	for _, a := range o.Bootstrap {
 		if err := config.CheckBootstrap(a); err != nil {
 			return fmt.Errorf("--bootstrap: %w", err)
+		}
+	}
+	for _, a := range o.Relays {
+		if err := config.CheckBootstrap(a); err != nil {
+			return fmt.Errorf("--relay: %w", err)
+		}
+	}
+	if o.Reachability != nil {
+		if err := config.CheckReachability(*o.Reachability); err != nil {
+			return fmt.Errorf("--reachability: %w", err)
 		}
 	}
 	for flag, v := range map[string]*string{"--cgp-http": o.CGPHTTP, "--metrics": o.Metrics} {
@@ -249,6 +271,7 @@ func Run(ctx context.Context, opts Options) error {
 	// exists before the mesh; nothing is registered when no endpoint is set.
 	mc := mesh.ConfigFrom(n, cfg, keys, log)
 	mc.Version = opts.Version
+	mc.PeerstorePath = filepath.Join(home, mesh.PeerstoreFile)
 	var reg *prometheus.Registry
 	if cfg.Metrics != "" {
 		reg = metrics.NewRegistry()

@@ -357,6 +357,18 @@ func (c *Client) Peers(ctx context.Context) ([]node.PeerInfo, error) {
 	return r.Peers, err
 }
 
+// Connect asks the daemon to dial a peer (a multiaddr ending in
+// /p2p/<peerId>) and returns it once admitted. A bad address fails with
+// code bad_request, a failed dial with unavailable, a failed handshake or
+// membership proof with rejected.
+func (c *Client) Connect(ctx context.Context, addr string) (node.PeerInfo, error) {
+	var r struct {
+		Peer node.PeerInfo `json:"peer"`
+	}
+	err := c.call(ctx, TypeConnect, map[string]any{"addr": addr}, &r)
+	return r.Peer, err
+}
+
 // Query relays a CGP ContextQuery and returns the ContextQueryResult
 // (this and Verify make a Client usable as the CGP provider's remote).
 func (c *Client) Query(ctx context.Context, query json.RawMessage) (json.RawMessage, error) {

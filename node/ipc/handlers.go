@@ -33,6 +33,7 @@ type Node interface {
 	Forget(ctx context.Context, ref string) (node.ForgetResult, error)
 	Conflicts(ctx context.Context) ([]node.Conflict, error)
 	Trust(ctx context.Context, nodeID string, key ed25519.PublicKey, x []byte) (node.TrustResult, error)
+	Connect(ctx context.Context, addr string) (node.PeerInfo, error)
 }
 
 // CGPHandler answers the socket's `query` and `verify` requests with the CGP
@@ -227,8 +228,23 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		return n.Import(ctx, lines)
 	case TypeCheck:
 		return n.CheckStore(ctx)
+	case TypeConnect:
+		var addr string
+		if err := optional(m, "addr", &addr); err != nil {
+			return nil, err
+		}
+		if addr == "" {
+			return nil, Errorf(CodeBadRequest, "missing member \"addr\" (a multiaddr ending in /p2p/<peerId>)")
+		}
+		p, err := n.Connect(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			Peer node.PeerInfo `json:"peer"`
+		}{p}, nil
 	}
-	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, forget, trust", typ)
+	return nil, Errorf(CodeUnknownRequest, "unknown request type %q; known: remember, publish, recall, get, lineage, recent, thread, authors, query, verify, status, peers, listen, export, import, check, forget, trust, connect", typ)
 }
 
 // statusReply is node.Status plus the socket's own numbers.

@@ -51,6 +51,7 @@ const (
 	TypeCheck    = "check"
 	TypeForget   = "forget"
 	TypeTrust    = "trust"
+	TypeConnect  = "connect"
 )
 
 // Error is a failure reply: the server sends one for every request it cannot

@@ -3,10 +3,12 @@ package mesh
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 const (
@@ -39,6 +41,13 @@ func (m *Mesh) onConnected(_ network.Network, c network.Conn) {
 	if m.ctx.Err() != nil {
 		return
 	}
+	if isRelayed(c) {
+		m.goRun(func(ctx context.Context) { m.dedupeRelayed(ctx, pid) })
+	}
+	if !isRelayed(c) && m.onlyRelayed(pid) {
+		m.goRun(func(ctx context.Context) { m.upgradeToDirect(ctx, pid) })
+		return
+	}
 	m.goRun(func(ctx context.Context) {
 		if m.h.ID() > pid {
 			select {
@@ -68,7 +77,11 @@ func (m *Mesh) openSession(ctx context.Context, pid peer.ID) {
 		m.mu.Unlock()
 	}()
 	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	s, err := m.h.NewStream(sctx, pid, ProtocolID)
+	// The best connection is used: a direct or unlimited one when there is
+	// one. A limited relayed connection (a relay outside the group, with
+	// libp2p's default limits) is accepted only when it is all there is;
+	// GossipSub then stays off for this peer, fetch and catch-up still run.
+	s, err := m.h.NewStream(network.WithAllowLimitedConn(sctx, "mmp"), pid, ProtocolID)
 	cancel()
 	if err != nil {
 		m.log.Debug("opening mmp stream failed", "peer", pid, "err", err)
@@ -157,8 +170,33 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 		if h := m.cfg.peerInfoDialHook; h != nil {
 			defer h(ai)()
 		}
-		if err := m.connect(ctx, ai); err != nil {
-			m.log.Debug("peer-info dial failed", "peer", ai.ID, "err", err)
+		// Peer-info often reaches both ends of a pair at once (each is
+		// told of the other). Two dials through a relay would give two
+		// relayed connections, each side the receiving end of one, and
+		// two hole punches that cross and fail: as for /mmp sessions, the
+		// smaller PeerID dials and the larger steps in only if nothing
+		// came within openerGrace.
+		if m.h.ID() > ai.ID {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(openerGrace):
+			}
+		}
+		// A member reached through a relay may not hold its slot yet when
+		// it is announced: one retry after a moment covers that race.
+		ai := m.withCircuits(ai)
+		for try := range 2 {
+			err := m.connect(ctx, ai)
+			if err == nil {
+				return
+			}
+			m.log.Debug("peer-info dial failed", "peer", ai.ID, "try", try+1, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	})
 	if !started {
@@ -197,6 +235,47 @@ func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// redialKnown dials a member remembered in the peerstore, with the backoff
+// of keepDialled, until it is connected once or knownAttempts dials
+// failed: a peer that moved or left is not dialled forever. Once
+// connected, sessions and peer-info keep it, as for any other peer.
+func (m *Mesh) redialKnown(ctx context.Context, ai peer.AddrInfo) {
+	backoff := time.Second
+	for range knownAttempts {
+		if m.isMismatched(ai.ID) || m.h.Network().Connectedness(ai.ID) == network.Connected {
+			return
+		}
+		err := m.connect(ctx, m.withCircuits(ai))
+		if err == nil {
+			m.stats.knownRedialed.Add(1)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Debug("peerstore dial failed", "peer", ai.ID, "retryIn", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff + rand.N(backoff/2+1)):
+		}
+		backoff = min(backoff*2, m.cfg.RetryMax)
+	}
+}
+
+// withCircuits adds circuit addresses through our relays to ai's, so a
+// member behind a NAT is reached through a relay we share.
+func (m *Mesh) withCircuits(ai peer.AddrInfo) peer.AddrInfo {
+	out := peer.AddrInfo{ID: ai.ID, Addrs: append([]ma.Multiaddr(nil), ai.Addrs...)}
+	for _, a := range m.circuitAddrsFor(ai.ID) {
+		if !isCircuit(a) || slices.ContainsFunc(out.Addrs, a.Equal) {
+			continue
+		}
+		out.Addrs = append(out.Addrs, a)
+	}
+	return out
 }
 
 type mdnsNotifee struct{ m *Mesh }

@@ -28,9 +28,12 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -68,9 +71,32 @@ type Config struct {
 	// KeyReload is how often Keys re-reads the home for epochs added by a
 	// rotation or a join (default 5 s).
 	KeyReload time.Duration
-	// Listen are libp2p multiaddrs (default: every interface, random ports,
-	// TCP and QUIC).
+	// Listen are libp2p multiaddrs (default: every interface on the swarm
+	// port, DefaultPort, TCP and QUIC). A TCP or UDP port other than 0 that
+	// is already taken is refused with a *PortInUseError — unless
+	// ListenFallback is set, when it is replaced by a random port and a
+	// WARN names it.
 	Listen []string
+	// ListenFallback turns a taken port into a random one instead of an
+	// error (the daemon sets it when listen is the default).
+	ListenFallback bool
+	// Relays are members serving circuit relay v2 (full multiaddrs with
+	// /p2p/): kept dialled like Bootstrap, and AutoRelay reserves a slot on
+	// them while this node is not publicly reachable, so members behind
+	// NATs reach it through them.
+	Relays []string
+	// RelayService serves circuit relay v2 to admitted members only
+	// (memberACL), without limits, so relayed members run GossipSub and
+	// /mmp over it. Turn it on for a member with a public address.
+	RelayService bool
+	// Reachability is ReachAuto (AutoNAT decides; default), ReachPublic or
+	// ReachPrivate (forced: AutoNAT cannot decide in a group of three).
+	Reachability string
+	// NATPortMap asks the router for a port mapping (UPnP / NAT-PMP).
+	NATPortMap bool
+	// PeerstorePath is the file known members are kept in across restarts
+	// (peerstore.go); "" keeps none.
+	PeerstorePath string
 	// Bootstrap are full multiaddrs (with /p2p/) dialled at start and
 	// re-dialled with backoff whenever the connection drops.
 	Bootstrap []string
@@ -118,7 +144,8 @@ type Config struct {
 // DefaultConfig returns the settings Start uses for the fields left zero.
 func DefaultConfig() Config {
 	return Config{
-		Listen:            []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1", "/ip6/::/tcp/0", "/ip6/::/udp/0/quic-v1"},
+		Listen:            DefaultListen(),
+		Reachability:      ReachAuto,
 		HandshakeTimeout:  10 * time.Second,
 		HeartbeatInterval: 5 * time.Second,
 		HeartbeatTimeout:  15 * time.Second,
@@ -136,6 +163,9 @@ func (c *Config) defaults() {
 	def := DefaultConfig()
 	if len(c.Listen) == 0 {
 		c.Listen = def.Listen
+	}
+	if c.Reachability == "" {
+		c.Reachability = def.Reachability
 	}
 	opt.Logger(&c.Logger)
 	opt.Default(&c.HandshakeTimeout, def.HandshakeTimeout)
@@ -187,6 +217,22 @@ type Mesh struct {
 	peerInfoDialing map[peer.ID]bool
 	peerInfoSlots   chan struct{}
 
+	// admitCh is closed (and replaced) whenever a session is admitted;
+	// guarded by mu.
+	admitCh chan struct{}
+	// staticRelays are cfg.Relays parsed; relay is our relay service (nil
+	// when off); reach counts what reachability, relays and hole punching
+	// do.
+	staticRelays []peer.AddrInfo
+	relay        *relayv2.Relay
+	reach        reachState
+	known        *knownPeers
+	// hps is our DCUtR service (startHolePunch); observed are the
+	// addresses peers observed for us in identify, guarded by obsMu.
+	hps      *holepunch.Service
+	obsMu    sync.Mutex
+	observed map[peer.ID]ma.Multiaddr
+
 	drops   *dropTracer
 	scores  peerScores
 	acceptQ chan *node.Checked
@@ -224,6 +270,16 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	case cfg.Keys != nil && cfg.Keys.Name() != grp:
 		return nil, fmt.Errorf("start mesh: the secret is for group %s, the node is in group %s", cfg.Keys.Name(), grp)
 	}
+	switch cfg.Reachability {
+	case ReachAuto, ReachPublic, ReachPrivate:
+	default:
+		return nil, fmt.Errorf("start mesh: reachability %q: use auto, public or private", cfg.Reachability)
+	}
+	listen, err := checkPorts(cfg.Listen, cfg.ListenFallback, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Listen = listen
 	wire := grp
 	if cfg.Keys != nil {
 		wire = cfg.Keys.Tag()
@@ -237,18 +293,42 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		peerInfoDialing: map[peer.ID]bool{},
 		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
 		acceptQ:         make(chan *node.Checked, acceptQueue),
+		admitCh:         make(chan struct{}),
+		observed:        map[peer.ID]ma.Multiaddr{},
 		limit:           newLimiter(cfg.PublishRate, cfg.PublishBurst),
 	}
 	// The mesh outlives the caller's start-up context; Close ends it.
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	m.pending = newPending(m)
 
-	h, err := newHost(cfg, id)
+	for _, a := range cfg.Relays {
+		ai, err := peer.AddrInfoFromString(a)
+		if err != nil {
+			m.cancel()
+			return nil, fmt.Errorf("start mesh: relay %q: %w (want a multiaddr ending in /p2p/<peerId>)", a, err)
+		}
+		m.staticRelays = append(m.staticRelays, *ai)
+	}
+	if cfg.PeerstorePath != "" {
+		m.known = loadKnown(cfg.PeerstorePath, m.log)
+	}
+	h, err := m.newHost(id)
 	if err != nil {
 		m.cancel()
 		return nil, err
 	}
 	m.h = h
+	if cfg.RelayService {
+		if err := m.startRelay(); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	if err := m.startHolePunch(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.goRun(m.watchReachability)
 	h.SetStreamHandler(ProtocolID, m.handleStream)
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected})
 
@@ -261,16 +341,34 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if m.keys != nil {
 		m.goRun(m.watchKeys)
 	}
+	kept := map[peer.ID]bool{}
 	for _, a := range cfg.Bootstrap {
 		ai, err := peer.AddrInfoFromString(a)
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("start mesh: bootstrap %q: %w (want a multiaddr ending in /p2p/<peerId>)", a, err)
 		}
-		if ai.ID == h.ID() {
+		if ai.ID == h.ID() || kept[ai.ID] {
 			continue
 		}
+		kept[ai.ID] = true
 		m.goRun(func(ctx context.Context) { m.keepDialled(ctx, *ai) })
+	}
+	for _, ai := range m.staticRelays {
+		if ai.ID == h.ID() || kept[ai.ID] {
+			continue
+		}
+		kept[ai.ID] = true
+		m.goRun(func(ctx context.Context) { m.keepDialled(ctx, ai) })
+	}
+	if m.known != nil {
+		for _, ai := range m.known.addrInfos() {
+			if ai.ID == h.ID() || kept[ai.ID] {
+				continue
+			}
+			m.goRun(func(ctx context.Context) { m.redialKnown(ctx, ai) })
+		}
+		m.goRun(m.saveKnownLoop)
 	}
 	if cfg.MDNS {
 		m.mdns = mdns.NewMdnsService(h, MDNSService, mdnsNotifee{m})
@@ -279,7 +377,8 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, fmt.Errorf("start mesh: mdns: %w", err)
 		}
 	}
-	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "private", m.keys != nil, "addrs", m.Addrs())
+	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "private", m.keys != nil, "addrs", m.Addrs(),
+		"relayService", cfg.RelayService, "relays", len(m.staticRelays), "reachability", cfg.Reachability)
 	return m, nil
 }
 
@@ -290,7 +389,14 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 //     connections (512 in, 512 out) system-wide; /mmp/1.1.0 is limited to
 //     1024 streams overall and 8 per peer (cmbnode opens one, a both-dial
 //     race two, the rest is headroom for redials).
-func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
+//
+// Reach (reach.go): the relay transport is on, so circuit addresses can be
+// dialled and accepted; AutoRelay reserves on the static relays
+// (cfg.Relays) while we are not public; AutoNAT v2 probes reachability
+// unless the setting forces it. Hole punching runs beside the host
+// (startHolePunch).
+func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
+	cfg := m.cfg
 	priv, err := crypto.UnmarshalEd25519PrivateKey(id.Ed25519)
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: host key from identity: %w", err)
@@ -325,7 +431,7 @@ func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
 	}
-	h, err := libp2p.New(
+	opts := []libp2p.Option{
 		libp2p.Identity(priv),
 		libp2p.ListenAddrStrings(cfg.Listen...),
 		libp2p.Transport(tcp.NewTCPTransport),
@@ -335,11 +441,28 @@ func newHost(cfg Config, id *identity.Identity) (host.Host, error) {
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
 		libp2p.ConnectionManager(cm),
 		libp2p.ResourceManager(rm),
-		libp2p.DisableRelay(),
+		libp2p.EnableRelay(),
+		libp2p.EnableAutoNATv2(),
 		// Without a registerer libp2p would register in the process-global
 		// Prometheus registry, so its metrics are off unless given one.
 		metricsOpt,
-	)
+	}
+	if len(m.staticRelays) > 0 {
+		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(m.staticRelays,
+			// Static relays cost nothing to ask again: a relay that came
+			// back is used within relayPoll, not libp2p's 30 s.
+			autorelay.WithBackoff(relayBackoff), autorelay.WithBootDelay(0), autorelay.WithMinInterval(relayPoll)))
+	}
+	switch cfg.Reachability {
+	case ReachPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case ReachPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	}
+	if cfg.NATPortMap {
+		opts = append(opts, libp2p.NATPortMap())
+	}
+	h, err := libp2p.New(opts...)
 	if err != nil {
 		rm.Close()
 		return nil, fmt.Errorf("start mesh: libp2p host on %v: %w", cfg.Listen, err)
@@ -376,6 +499,12 @@ func (m *Mesh) Close() error {
 		m.closed = true
 		m.runMu.Unlock()
 		m.cancel()
+		if m.relay != nil {
+			m.relay.Close()
+		}
+		if m.hps != nil {
+			m.hps.Close()
+		}
 		if m.sub != nil {
 			m.sub.Cancel()
 		}
@@ -386,6 +515,11 @@ func (m *Mesh) Close() error {
 			err = m.h.Close()
 		}
 		m.wg.Wait()
+		if m.known != nil {
+			if serr := m.known.save(); serr != nil {
+				m.log.Warn("could not save the peerstore", "file", m.cfg.PeerstorePath, "err", serr)
+			}
+		}
 	})
 	return err
 }
@@ -421,6 +555,7 @@ func (m *Mesh) Peers() []node.PeerInfo {
 			pi.Addrs = append(pi.Addrs, a.String())
 		}
 		slices.Sort(pi.Addrs)
+		pi.Conn = m.connKind(pid)
 		out = append(out, pi)
 	}
 	m.mu.Unlock()

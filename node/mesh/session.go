@@ -415,11 +415,20 @@ func (m *Mesh) addSession(ss *session) {
 		m.peers[ss.pid] = ps
 	}
 	ps.sessions = append(ps.sessions, ss)
+	// Wake whoever waits for an admission (the relay's ACL).
+	close(m.admitCh)
+	m.admitCh = make(chan struct{})
 	m.mu.Unlock()
+	m.remember(ss)
+	if c := ss.s.Conn(); isRelayed(c) && c.Stat().Direction == network.DirInbound {
+		m.goRun(func(ctx context.Context) { m.punchWhenArmed(ctx, ss.pid) })
+	}
 	if ok {
 		return
 	}
 	m.h.ConnManager().Protect(ss.pid, "mmp-group")
+	// Members whose sessions with us began earlier learn of this one now.
+	m.goRun(func(context.Context) { m.announce(ss.pid) })
 	m.log.Info("peer joined", "nodeId", ss.nodeID, "name", ss.remote.Name, "peer", ss.pid)
 	m.n.Events().Publish(events.Event{Name: events.PeerJoined, Data: PeerEvent{NodeID: ss.nodeID, Name: ss.remote.Name, PeerID: ss.pid.String()}})
 	m.goRun(func(ctx context.Context) { m.catchUpPeer(ctx, ss.pid, "connect") })
@@ -472,16 +481,30 @@ func (ss *session) sendPeerInfo() {
 		if pi.PeerID == ss.pid.String() {
 			continue
 		}
-		e := cmb.PeerEntry{NodeID: pi.NodeID, Name: pi.Name, LastSeen: time.Now().UnixMilli()}
-		for _, a := range pi.Addrs {
-			e.Addrs = append(e.Addrs, a+"/p2p/"+pi.PeerID)
-		}
-		entries = append(entries, e)
+		entries = append(entries, m.entryFor(pi))
 	}
 	if len(entries) == 0 {
 		return // MMP §5.2: peer-info only if the node knows peers
 	}
 	_ = ss.send(&cmb.PeerInfo{Peers: entries})
+}
+
+// entryFor is pi's peer-info entry. Circuit addresses through our relays
+// (and through us, when we relay) come first: receivers act on the first
+// peerInfoAddrs addresses only, and a member behind a NAT advertises
+// private addresses nobody else can dial.
+func (m *Mesh) entryFor(pi node.PeerInfo) cmb.PeerEntry {
+	e := cmb.PeerEntry{NodeID: pi.NodeID, Name: pi.Name, LastSeen: time.Now().UnixMilli()}
+	pid, err := peer.Decode(pi.PeerID)
+	if err == nil {
+		for _, a := range m.circuitAddrsFor(pid) {
+			e.Addrs = append(e.Addrs, a.String()+"/p2p/"+pi.PeerID)
+		}
+	}
+	for _, a := range pi.Addrs {
+		e.Addrs = append(e.Addrs, a+"/p2p/"+pi.PeerID)
+	}
+	return e
 }
 
 // onPeerInfo dials the peers a peer-info frame advertises, within bounds a

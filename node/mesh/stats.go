@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"cmbnode/node"
 )
 
 // stats are the mesh's own counters; record counters live in node.Counters.
@@ -23,6 +25,7 @@ type stats struct {
 	pendingOverflow  atomic.Int64
 	peerInfoDials    atomic.Int64
 	peerInfoDropped  atomic.Int64
+	knownRedialed    atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters, for status and for the
@@ -49,6 +52,11 @@ type Stats struct {
 	// PeerInfoDialsDropped counts advertised peers not dialled because a
 	// peer-info bound was reached (the session's budget, or no free slot).
 	PeerInfoDialsDropped int64 `json:"peerInfoDialsDropped"`
+	// PeerstoreRedials counts remembered members reconnected at start
+	// from the peerstore file.
+	PeerstoreRedials int64 `json:"peerstoreRedials"`
+	// Reach is reachability, relays in use and hole-punch counts.
+	Reach node.Reach `json:"reach"`
 	// GossipDropped counts what GossipSub discarded, by reason.
 	GossipDropped map[string]int64 `json:"gossipDropped"`
 	// GossipGraylisted is the number of peers GossipSub's scorer tracks
@@ -116,6 +124,7 @@ func (m *Mesh) Stats() Stats {
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
 		PeerInfoDials: m.stats.peerInfoDials.Load(), PeerInfoDialsDropped: m.stats.peerInfoDropped.Load(),
 		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
-		GossipMesh: m.drops.meshPeers(),
+		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
+		Reach: m.Reach(),
 	}
 }
