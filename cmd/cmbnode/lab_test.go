@@ -443,7 +443,11 @@ func TestLabNAT(t *testing.T) {
 	}
 	waitFor(t, "A sees the relay leave", 30*time.Second, func() bool { return peerConn(t, r.ca, r.relayID) == "" })
 	after := rememberN(t, r.cb, 5, "from B, relay down")
-	waitFor(t, "CMBs reach A with the relay down", 30*time.Second, func() bool { return hasAll(t, r.ca, after) })
+	// The bound covers one catch-up round (60 s): once in nine runs gossip
+	// alone had not delivered within 30 s; what must hold is that nothing
+	// is lost and the connection stays direct.
+	took = waitFor(t, "CMBs reach A with the relay down", 90*time.Second, func() bool { return hasAll(t, r.ca, after) })
+	t.Logf("5 CMBs reached A with the relay down in %v", took)
 	if got := peerConn(t, r.ca, r.bID); got != "direct" {
 		t.Fatalf("with the relay down A's connection to B is %q", got)
 	}
