@@ -33,6 +33,13 @@ func signerKey(author string) []byte { return append([]byte{pSigner}, author...)
 // same record is not fetched and accepted again, and Get reports
 // Meta.Quarantined). It returns how many records were newly quarantined.
 func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
+	return s.setQuarantined(ctx, keys, true)
+}
+
+// setQuarantined sets or clears the quarantine flag of the held records
+// among keys, moving each out of or back into the orders and the text
+// index, and returns how many changed.
+func (s *Store) setQuarantined(ctx context.Context, keys []string, on bool) (int, error) {
 	var jobs []*job
 	marked := make([]bool, len(keys))
 	for i, key := range keys {
@@ -45,16 +52,27 @@ func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
 			}
-			if rec.Meta.Quarantined {
+			if rec.Meta.Quarantined == on {
 				return nil, nil
 			}
 			v = slices.Clone(v)
-			v[1] |= flQuarantined
+			if on {
+				v[1] |= flQuarantined
+			} else {
+				v[1] &^= flQuarantined
+			}
 			t.set(recKey(key), v)
 			marked[i] = true
+			rec.Meta.Quarantined = on
+			at := s.orderAt(&rec)
 			return func() {
-				s.order.remove(key, s.orderAt(&rec), rec.Group, rec.CreatedBy)
-				s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
+				if on {
+					s.order.remove(key, at, rec.Group, rec.CreatedBy)
+					s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
+				} else {
+					s.order.add(key, at, rec.Group, rec.CreatedBy)
+					s.idx.addTexts(key, at, rec.Group, rec.Texts)
+				}
 			}, nil
 		}))
 	}
@@ -66,13 +84,17 @@ func (s *Store) Quarantine(ctx context.Context, keys []string) (int, error) {
 		err = errors.Join(errs...)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("quarantining %d records: %w", len(keys), err)
+		return 0, fmt.Errorf("setting quarantined=%t on %d records: %w", on, len(keys), err)
 	}
 	n := 0
 	s.trust.mu.Lock()
 	for i, m := range marked {
 		if m {
-			s.trust.quarantined[keys[i]] = struct{}{}
+			if on {
+				s.trust.quarantined[keys[i]] = struct{}{}
+			} else {
+				delete(s.trust.quarantined, keys[i])
+			}
 			n++
 		}
 	}
@@ -144,51 +166,5 @@ func (s *Store) loadSigners() error {
 // their author's key): they return to the time, group and author orders
 // and the text index. It returns how many were quarantined before.
 func (s *Store) Unquarantine(ctx context.Context, keys []string) (int, error) {
-	var jobs []*job
-	marked := make([]bool, len(keys))
-	for i, key := range keys {
-		jobs = append(jobs, newJob(ctx, 256, func(t *wtx) (func(), error) {
-			v, found, err := t.get(recKey(key))
-			if err != nil || !found {
-				return nil, err
-			}
-			rec, err := decodeRecord(key, v, false)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrCorrupted, err)
-			}
-			if !rec.Meta.Quarantined {
-				return nil, nil
-			}
-			v = slices.Clone(v)
-			v[1] &^= flQuarantined
-			t.set(recKey(key), v)
-			marked[i] = true
-			rec.Meta.Quarantined = false
-			return func() {
-				at := s.orderAt(&rec)
-				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
-				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
-			}, nil
-		}))
-	}
-	if len(jobs) == 0 {
-		return 0, nil
-	}
-	errs, err := s.submit(ctx, jobs)
-	if err == nil {
-		err = errors.Join(errs...)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("unquarantining %d records: %w", len(keys), err)
-	}
-	n := 0
-	s.trust.mu.Lock()
-	for i, m := range marked {
-		if m {
-			delete(s.trust.quarantined, keys[i])
-			n++
-		}
-	}
-	s.trust.mu.Unlock()
-	return n, nil
+	return s.setQuarantined(ctx, keys, false)
 }
