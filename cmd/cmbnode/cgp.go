@@ -1,26 +1,37 @@
 package main
 
 import (
+	"log/slog"
+
 	"cmbnode/node/cgpnode"
 	"cmbnode/node/daemon"
 )
 
-func cmdCGP(e *env, args []string) error {
-	flags := newFlags(e, "cgp", "cgp [--home DIR] [--log-level L]   (a host spawns this; stdout carries only CGP envelopes)")
-	home := homeFlag(flags)
+// shimArgs parses what a stdio server a host spawns takes (`cgp`, `mcp`):
+// --home and --log-level, no arguments. It returns the resolved home and a
+// stderr logger; stdout belongs to the protocol.
+func shimArgs(e *env, name, protocol string, args []string) (home string, log *slog.Logger, err error) {
+	flags := newFlags(e, name, name+" [--home DIR] [--log-level L]   (a host spawns this; stdout carries only "+protocol+")")
+	homeDir := homeFlag(flags)
 	level := flags.String("log-level", "warn", "stderr log level: debug, info, warn or error")
 	if rest, err := e.parse(flags, args); err != nil {
-		return err
+		return "", nil, err
 	} else if len(rest) > 0 {
-		return usagef("unexpected argument %q", rest[0])
+		return "", nil, usagef("unexpected argument %q", rest[0])
 	}
 	switch *level {
 	case "debug", "info", "warn", "error":
 	default:
-		return usagef("--log-level %q: use debug, info, warn or error", *level)
+		return "", nil, usagef("--log-level %q: use debug, info, warn or error", *level)
 	}
-	log := daemon.NewLogger(e.stderr, false, *level)
-	h, err := resolveHome(*home)
+	if home, err = resolveHome(*homeDir); err != nil {
+		return "", nil, err
+	}
+	return home, daemon.NewLogger(e.stderr, false, *level), nil
+}
+
+func cmdCGP(e *env, args []string) error {
+	h, log, err := shimArgs(e, "cgp", "CGP envelopes", args)
 	if err != nil {
 		return err
 	}
