@@ -85,17 +85,7 @@ func uniq(l []string) []string {
 
 // cmdForget forgets a memory on this node only.
 func cmdForget(e *env, args []string) error {
-	fs := newFlags(e, "forget", "forget [--home DIR] [--json] KEY|PREFIX")
-	home, asJSON := clientFlags(fs)
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	key, err := keyArg(rest, "forget")
-	if err != nil {
-		return err
-	}
-	s, done, err := connect(e, *home)
+	key, asJSON, s, done, err := keyCall(e, "forget", args)
 	if err != nil {
 		return err
 	}
@@ -104,7 +94,7 @@ func cmdForget(e *env, args []string) error {
 	if err != nil {
 		return daemonErr(err)
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(e.stdout, res)
 	}
 	var b strings.Builder

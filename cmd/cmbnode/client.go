@@ -423,18 +423,26 @@ func keyArg(rest []string, cmd string) (string, error) {
 	return ref, nil
 }
 
-func cmdGet(e *env, args []string) error {
-	fs := newFlags(e, "get", "get [--home DIR] [--json] KEY|PREFIX")
-	home, asJSON := clientFlags(fs)
+// keyCall parses a client command that takes one KEY|PREFIX and the
+// client flags, and connects to the daemon.
+func keyCall(e *env, name string, args []string) (key string, asJSON bool, s *session, done func(), err error) {
+	fs := newFlags(e, name, name+" [--home DIR] [--json] KEY|PREFIX")
+	home, jsonFlag := clientFlags(fs)
 	rest, err := e.parse(fs, args)
 	if err != nil {
-		return err
+		return "", false, nil, nil, err
 	}
-	key, err := keyArg(rest, "get")
-	if err != nil {
-		return err
+	if key, err = keyArg(rest, name); err != nil {
+		return "", false, nil, nil, err
 	}
-	s, done, err := connect(e, *home)
+	if s, done, err = connect(e, *home); err != nil {
+		return "", false, nil, nil, err
+	}
+	return key, *jsonFlag, s, done, nil
+}
+
+func cmdGet(e *env, args []string) error {
+	key, asJSON, s, done, err := keyCall(e, "get", args)
 	if err != nil {
 		return err
 	}
@@ -443,7 +451,7 @@ func cmdGet(e *env, args []string) error {
 	if err != nil {
 		return daemonErr(err)
 	}
-	if *asJSON {
+	if asJSON {
 		// The record exactly as held (under "cmb") with its local metadata;
 		// `cmbnode cmb verify` reads it as it is.
 		return writeJSON(e.stdout, g)
