@@ -174,12 +174,12 @@ func (m *Mesh) startRelay() error {
 	return nil
 }
 
-// watchReachability follows libp2p's reachability events (AutoNAT, or the
-// forced setting) for status.
-func (m *Mesh) watchReachability(ctx context.Context) {
-	sub, err := m.h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged))
+// follow calls fn with each event of evt's type on the host's bus until
+// ctx ends (what names the events in a failure's log line).
+func (m *Mesh) follow(ctx context.Context, evt any, what string, fn func(any)) {
+	sub, err := m.h.EventBus().Subscribe(evt)
 	if err != nil {
-		m.log.Warn("cannot follow reachability", "err", err)
+		m.log.Warn("cannot follow "+what, "err", err)
 		return
 	}
 	defer sub.Close()
@@ -191,16 +191,24 @@ func (m *Mesh) watchReachability(ctx context.Context) {
 			if !ok {
 				return
 			}
-			r := e.(event.EvtLocalReachabilityChanged).Reachability
-			m.reach.mu.Lock()
-			changed := m.reach.reachability != r
-			m.reach.reachability = r
-			m.reach.mu.Unlock()
-			if changed {
-				m.log.Info("reachability", "state", reachName(r))
-			}
+			fn(e)
 		}
 	}
+}
+
+// watchReachability follows libp2p's reachability events (AutoNAT, or the
+// forced setting) for status.
+func (m *Mesh) watchReachability(ctx context.Context) {
+	m.follow(ctx, new(event.EvtLocalReachabilityChanged), "reachability", func(e any) {
+		r := e.(event.EvtLocalReachabilityChanged).Reachability
+		m.reach.mu.Lock()
+		changed := m.reach.reachability != r
+		m.reach.reachability = r
+		m.reach.mu.Unlock()
+		if changed {
+			m.log.Info("reachability", "state", reachName(r))
+		}
+	})
 }
 
 func reachName(r network.Reachability) string {
@@ -509,31 +517,17 @@ func (m *Mesh) startHolePunch() error {
 // a direct connection made from one of our listen ports (the mapping a
 // port-preserving NAT gives every connection from that port).
 func (m *Mesh) watchObserved(ctx context.Context) {
-	sub, err := m.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
-	if err != nil {
-		m.log.Warn("cannot follow identify", "err", err)
-		return
-	}
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
+	m.follow(ctx, new(event.EvtPeerIdentificationCompleted), "identify", func(e any) {
+		ev := e.(event.EvtPeerIdentificationCompleted)
+		if ev.ObservedAddr == nil || ev.Conn == nil || isRelayed(ev.Conn) || !m.fromListenPort(ev.Conn.LocalMultiaddr()) {
 			return
-		case e, ok := <-sub.Out():
-			if !ok {
-				return
-			}
-			ev := e.(event.EvtPeerIdentificationCompleted)
-			if ev.ObservedAddr == nil || ev.Conn == nil || isRelayed(ev.Conn) || !m.fromListenPort(ev.Conn.LocalMultiaddr()) {
-				continue
-			}
-			m.obsMu.Lock()
-			if _, ok := m.observed[ev.Peer]; ok || len(m.observed) < maxObserved {
-				m.observed[ev.Peer] = ev.ObservedAddr
-			}
-			m.obsMu.Unlock()
 		}
-	}
+		m.obsMu.Lock()
+		if _, ok := m.observed[ev.Peer]; ok || len(m.observed) < maxObserved {
+			m.observed[ev.Peer] = ev.ObservedAddr
+		}
+		m.obsMu.Unlock()
+	})
 }
 
 // fromListenPort reports whether local (a connection's local address) uses
