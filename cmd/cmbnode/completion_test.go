@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -24,8 +26,14 @@ func TestCompletion(t *testing.T) {
 				t.Errorf("completion %s lacks --%s", sh, f)
 			}
 		}
+		// Each shell parses its script without running it (-n). Read from a
+		// file: fish -n -c reports a syntax error but exits 0.
 		if path, err := exec.LookPath(sh); err == nil {
-			if out, err := exec.Command(path, "-n", "-c", r.stdout).CombinedOutput(); sh != "fish" && err != nil {
+			f := filepath.Join(t.TempDir(), "cmbnode."+sh)
+			if err := os.WriteFile(f, []byte(r.stdout), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(path, "-n", f).CombinedOutput(); err != nil || len(out) > 0 {
 				t.Errorf("%s rejects its script: %v\n%s", sh, err, out)
 			}
 		}
@@ -43,6 +51,18 @@ func TestCompletion(t *testing.T) {
 			out, err := exec.Command("bash", "-c", prog).Output()
 			if err != nil || strings.TrimSpace(string(out)) != want {
 				t.Errorf("bash completes %q to %q, want %q (%v)", words, out, want, err)
+			}
+		}
+	}
+	if _, err := exec.LookPath("fish"); err == nil {
+		script := runCLI(t, "", "completion", "fish").stdout
+		for words, want := range map[string]string{
+			"cmbnode exp":          "export",
+			"cmbnode daemon --ret": "--retention",
+		} {
+			out, err := exec.Command("fish", "--no-config", "-c", script+"\ncomplete -C'"+words+"'").Output()
+			if got, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\t"); err != nil || got != want {
+				t.Errorf("fish completes %q to %q, want %q (%v)", words, out, want, err)
 			}
 		}
 	}
