@@ -184,6 +184,36 @@ func (v storeView) Children(ctx context.Context, key string) ([]string, error) {
 	return v.g.Children(ctx, key)
 }
 
+// IndexedGraph is the store's in-memory lineage (store.Store.IndexedLineage).
+type IndexedGraph interface {
+	IndexedLineage(ctx context.Context, key string) (store.LineageNode, bool, error)
+}
+
+// IndexedView serves the store's in-memory lineage to the walks: the same
+// edges as View, read without touching badger, over the records the store
+// surfaces (quarantined and forgotten ones are not in it), each at its
+// order time (store.KeyTime). Rankers that walk the thread of every
+// candidate use it.
+func IndexedView(g IndexedGraph) walk.Graph { return indexedView{g} }
+
+type indexedView struct{ g IndexedGraph }
+
+func (v indexedView) Vertex(ctx context.Context, key string) (walk.Vertex, bool, error) {
+	n, ok, err := v.g.IndexedLineage(ctx, key)
+	if err != nil || !ok {
+		return walk.Vertex{}, false, err
+	}
+	return walk.Vertex{Key: key, CreatedAt: time.UnixMilli(n.At), Parents: n.Parents}, true, nil
+}
+
+func (v indexedView) Children(ctx context.Context, key string) ([]string, error) {
+	n, ok, err := v.g.IndexedLineage(ctx, key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return n.Children, nil
+}
+
 // AncestorsOf is walk.Ancestors over a store: the stored ancestors within
 // maxDepth hops (0 = no bound), nearest first (ties by key).
 func AncestorsOf(ctx context.Context, g Graph, key string, maxDepth int) ([]Node, error) {

@@ -166,8 +166,9 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 		own[k] = min(own[k]+e, 1)
 	}
 
-	// Each seed's thread neighbours, through the one lineage walk.
-	g := lineage.View(n.st)
+	// Each seed's thread neighbours, through the one lineage walk over the
+	// store's in-memory lineage (the surfaced records).
+	g := lineage.IndexedView(n.st)
 	adj := make(map[string][]string, len(seeds))
 	var unscored []string
 	for _, k := range seeds {

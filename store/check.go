@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -195,6 +196,7 @@ func (s *Store) Check(ctx context.Context) error {
 		add("count is %d but %d records are stored", n, len(recs))
 	}
 	checkOrder(s.order, recs, add)
+	checkLines(s.lines, recs, add)
 	s.idx.mu.Lock()
 	liveDocs, livePost := s.idx.snapshot()
 	s.idx.mu.Unlock()
@@ -294,6 +296,43 @@ func diffMaps(got, want map[string]string, what string, add func(string, ...any)
 	for k := range got {
 		if _, ok := want[k]; !ok {
 			add("%s %s is stray", what, k)
+		}
+	}
+}
+
+// checkLines compares the in-memory lineage with the records: every
+// surfaced record with its parents, each listed as a child of each parent.
+func checkLines(l *lineIndex, recs map[string]*recSummary, add func(string, ...any)) {
+	want := newLineIndex()
+	for k, r := range recs {
+		if !r.quarantined && !r.forgotten {
+			want.add(k, r.at, slices.Sorted(maps.Keys(r.parents)))
+		}
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for k, w := range want.nodes {
+		g, ok := l.nodes[k]
+		switch {
+		case !ok:
+			add("lineage of %s missing", k)
+		case g.at != w.at || !maps.Equal(set(g.parents), set(w.parents)):
+			add("lineage of %s is at %d with parents %v, want at %d with %v", k, g.at, g.parents, w.at, w.parents)
+		}
+	}
+	for k := range l.nodes {
+		if _, ok := want.nodes[k]; !ok {
+			add("lineage of %s is stray", k)
+		}
+	}
+	for p, w := range want.children {
+		if g := l.children[p]; !maps.Equal(set(g), set(w)) {
+			add("children of %s are %v, want %v", p, g, w)
+		}
+	}
+	for p, g := range l.children {
+		if _, ok := want.children[p]; !ok {
+			add("children of %s are %v, want none", p, g)
 		}
 	}
 }

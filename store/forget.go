@@ -104,6 +104,7 @@ func (s *Store) Forget(ctx context.Context, key string) (ForgetResult, error) {
 			if !rec.Meta.Quarantined { // else in no order or index already
 				s.order.remove(key, at, rec.Group, rec.CreatedBy)
 				s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
+				s.lines.remove(key)
 			}
 			s.trust.mu.Lock()
 			s.trust.forgotten[key] = struct{}{}

@@ -221,6 +221,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 		return func() {
 			s.order.remove(key, at, rec.Group, rec.CreatedBy)
 			s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
+			s.lines.remove(key)
 		}, nil
 	})
 }

@@ -249,6 +249,7 @@ type Store struct {
 
 	idx   *textIndex
 	order *orderIndex
+	lines *lineIndex
 	trust *trustState
 	// appliedSeq is the last batch the syncer finished with; indexed
 	// reaches it once the text index holds that batch's writes too.
@@ -330,6 +331,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		wdone:    make(chan struct{}),
 		idx:      newTextIndex(runtime.Gosched),
 		order:    newOrderIndex(),
+		lines:    newLineIndex(),
 		trust:    newTrustState(),
 		readOnly: readOnly,
 	}
@@ -607,6 +609,7 @@ func (s *Store) load(ctx context.Context) error {
 		at := s.orderAt(&rec)
 		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
 		s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
+		s.lines.add(rec.Key, at, rec.Parents)
 		return nil
 	}
 	type located struct {

@@ -69,9 +69,11 @@ func (s *Store) setQuarantined(ctx context.Context, keys []string, on bool) (int
 				if on {
 					s.order.remove(key, at, rec.Group, rec.CreatedBy)
 					s.idx.remove([]string{key}, []docTerms{s.idx.analyze(rec.Texts)})
+					s.lines.remove(key)
 				} else {
 					s.order.add(key, at, rec.Group, rec.CreatedBy)
 					s.idx.addTexts(key, at, rec.Group, rec.Texts)
+					s.lines.add(key, at, rec.Parents)
 				}
 			}, nil
 		}))

@@ -945,6 +945,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			return func() {
 				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
 				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
+				s.lines.add(rec.Key, at, rec.Parents)
 			}, nil
 		}))
 		idx = append(idx, i)
