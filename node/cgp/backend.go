@@ -40,6 +40,11 @@ type Backend interface {
 type lineageView struct {
 	b    Backend
 	read map[string]Record
+	// limit, if above 0, is how many records the view reads: past it, a
+	// record not yet read is reported not held (and noted in unread), so
+	// a walk over the view ends there.
+	limit  int
+	unread map[string]bool
 }
 
 // newLineageView starts a view that already holds known.
@@ -54,6 +59,18 @@ func newLineageView(b Backend, known ...Record) *lineageView {
 func (v *lineageView) Vertex(ctx context.Context, key string) (walk.Vertex, bool, error) {
 	r, ok := v.read[key]
 	if !ok {
+		// A walk reads many records per step: each read checks the
+		// deadline, so none is made once it has passed.
+		if err := ctx.Err(); err != nil {
+			return walk.Vertex{}, false, err
+		}
+		if v.limit > 0 && len(v.read) >= v.limit {
+			if v.unread == nil {
+				v.unread = map[string]bool{}
+			}
+			v.unread[key] = true
+			return walk.Vertex{}, false, nil
+		}
 		var err error
 		if r, ok, err = v.b.Get(ctx, key); err != nil || !ok {
 			return walk.Vertex{}, false, err

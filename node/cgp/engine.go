@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"cmbnode/internal/opt"
@@ -45,6 +47,18 @@ type Config struct {
 	// MaxResultBytes caps the encoded frames of one result, well under the
 	// 16 MiB line a host reads, leaving room for attestations.
 	MaxResultBytes int
+	// MaxAnchors caps a query's anchors (64); more is bad_request. Each
+	// anchor starts a lineage walk, so the cap bounds a query's work
+	// however many URIs fit in an input line.
+	MaxAnchors int
+	// MaxConcurrent bounds the queries and verifies running at once over
+	// every binding (one per core, at least 2); the rest wait their turn
+	// within their deadline.
+	MaxConcurrent int
+	// RequestTimeout bounds one query or verify, its wait for a turn
+	// included (25 s, below the host's 30 s), whatever deadline the
+	// caller's context has; a later deadline is shortened to it.
+	RequestTimeout time.Duration
 	Logger         *slog.Logger
 	// EmbeddingsFingerprint, if set, is declared in the ack (E1), and a
 	// query embedding of EmbeddingDim numbers is ranked with, through the
@@ -70,6 +84,9 @@ func DefaultConfig() Config {
 		MaxCandidates:   256,
 		MaxThread:       24,
 		MaxResultBytes:  12 << 20,
+		MaxAnchors:      64,
+		MaxConcurrent:   max(2, runtime.GOMAXPROCS(0)),
+		RequestTimeout:  requestTimeout,
 	}
 }
 
@@ -79,6 +96,39 @@ func DefaultConfig() Config {
 type Engine struct {
 	cfg    Config
 	signer *Signer
+	// slots holds a token per query or verify running (MaxConcurrent).
+	slots chan struct{}
+	stats engineStats
+}
+
+type engineStats struct {
+	queries, verifies, anchorsRefused, busy, deadline, bytesTruncated atomic.Int64
+}
+
+// Stats are the engine's counters, each limit's hits among them.
+type Stats struct {
+	Queries  int64 // queries answered or refused
+	Verifies int64
+	// AnchorsRefused counts queries refused for carrying over MaxAnchors.
+	AnchorsRefused int64
+	// Busy counts requests whose deadline passed while they waited for a
+	// turn (MaxConcurrent).
+	Busy int64
+	// DeadlineExceeded counts requests stopped at their deadline once
+	// running.
+	DeadlineExceeded int64
+	// BytesTruncated counts results that left out a frame to stay within
+	// their byte budget (MaxResultBytes, or the socket's message cap).
+	BytesTruncated int64
+}
+
+// Stats reports the engine's counters.
+func (e *Engine) Stats() Stats {
+	st := &e.stats
+	return Stats{
+		Queries: st.queries.Load(), Verifies: st.verifies.Load(), AnchorsRefused: st.anchorsRefused.Load(),
+		Busy: st.busy.Load(), DeadlineExceeded: st.deadline.Load(), BytesTruncated: st.bytesTruncated.Load(),
+	}
 }
 
 // NewEngine validates cfg and fills defaults.
@@ -97,6 +147,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.MaxThread = def.MaxThread
 	}
 	opt.Default(&cfg.MaxResultBytes, def.MaxResultBytes)
+	opt.Default(&cfg.MaxAnchors, def.MaxAnchors)
+	opt.Default(&cfg.MaxConcurrent, def.MaxConcurrent)
+	opt.Default(&cfg.RequestTimeout, def.RequestTimeout)
 	opt.Logger(&cfg.Logger)
 	e := &Engine{cfg: cfg}
 	if cfg.SigningKey != nil {
@@ -113,7 +166,27 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.cfg = cfg
 		e.signer = &Signer{Key: cfg.SigningKey, KeyID: cfg.KeyID, AttesterID: cfg.AttesterID}
 	}
+	e.slots = make(chan struct{}, cfg.MaxConcurrent)
 	return e, nil
+}
+
+// begin bounds one request: RequestTimeout from now, and a turn among
+// MaxConcurrent. The returned done must be called once it finishes.
+func (e *Engine) begin(ctx context.Context) (context.Context, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
+	select {
+	case e.slots <- struct{}{}:
+		return ctx, func() { <-e.slots; cancel() }, nil
+	default:
+	}
+	select {
+	case e.slots <- struct{}{}:
+		return ctx, func() { <-e.slots; cancel() }, nil
+	case <-ctx.Done():
+		cancel()
+		e.stats.busy.Add(1)
+		return nil, nil, Errorf(CodeUnavailable, "the provider is busy: %d requests are running and none finished in time for this one (%v); retry later", e.cfg.MaxConcurrent, context.Cause(ctx))
+	}
 }
 
 // Ack is the handshake_ack the engine's capabilities justify: memory and
@@ -162,6 +235,28 @@ type candidate struct {
 // the rest. Packing is greedy in rank order but skips a frame that would
 // overflow max_tokens and keeps trying smaller ones.
 func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResult, error) {
+	return e.QueryWithin(ctx, q, e.cfg.MaxResultBytes)
+}
+
+// QueryWithin is Query with the result's frames packed within maxBytes
+// (at most MaxResultBytes; 0 or less takes it), for a transport whose
+// messages are smaller than a host's line: frames that would not fit are
+// left out and counted, as a token budget leaves them out, so the result
+// says it is truncated rather than failing.
+func (e *Engine) QueryWithin(ctx context.Context, q *ContextQuery, maxBytes int) (*ContextQueryResult, error) {
+	e.stats.queries.Add(1)
+	if n := len(q.Anchors); n > e.cfg.MaxAnchors {
+		e.stats.anchorsRefused.Add(1)
+		return nil, Errorf(CodeBadRequest, "query.anchors has %d URIs; this provider takes at most %d per query", n, e.cfg.MaxAnchors)
+	}
+	if maxBytes <= 0 || maxBytes > e.cfg.MaxResultBytes {
+		maxBytes = e.cfg.MaxResultBytes
+	}
+	ctx, done, err := e.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	vs, _ := e.cfg.Backend.(VectorSearcher)
 	if q.Embedding != nil {
 		switch {
@@ -200,7 +295,6 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 	}
 	limit := min(max(2*int(min(q.MaxFrames, 1<<20)), 32), e.cfg.MaxCandidates)
 	var sr SearchResult
-	var err error
 	if q.Embedding != nil {
 		sr, err = vs.SearchVector(ctx, text, q.Embedding, SearchOptions{Limit: limit, AsOf: asOf})
 	} else {
@@ -209,7 +303,7 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 	if err != nil {
 		return nil, e.unavailable("search", err)
 	}
-	hops, err := e.anchorHops(ctx, q.Anchors)
+	hops, unread, err := e.anchorHops(ctx, q.Anchors)
 	if err != nil {
 		return nil, e.unavailable("anchors", err)
 	}
@@ -232,6 +326,9 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 
 	var cands []candidate
 	for _, k := range order {
+		if err := ctx.Err(); err != nil {
+			return nil, e.unavailable("query", err)
+		}
 		r, ok, err := e.cfg.Backend.Get(ctx, k)
 		if err != nil {
 			return nil, e.unavailable("get", err)
@@ -265,6 +362,7 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 		used      uint64
 		bytesUsed int
 		dropped   int
+		overBytes bool
 		seenSets  = map[string]bool{}
 	)
 	for _, c := range cands {
@@ -308,16 +406,21 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 		if err != nil {
 			return nil, fmt.Errorf("cgp: encode frame %s: %w", f.ID, err)
 		}
-		if bytesUsed+len(enc)+attestationOverhead > e.cfg.MaxResultBytes {
+		if bytesUsed+len(enc)+attestationOverhead > maxBytes {
 			dropped++
+			overBytes = true
 			continue
 		}
 		used += uint64(f.TokenCost)
 		bytesUsed += len(enc) + attestationOverhead
 		res.Frames = append(res.Frames, f)
 	}
-	// Records that matched but were never examined are candidates too.
-	unexamined := max(sr.Total-len(sr.Hits), 0)
+	if overBytes {
+		e.stats.bytesTruncated.Add(1)
+	}
+	// Records that matched but were never examined are candidates too, as
+	// are records near an anchor the walk did not read.
+	unexamined := max(sr.Total-len(sr.Hits), 0) + unread
 	perRecord := 0
 	if wantMem {
 		perRecord++
@@ -389,26 +492,35 @@ const anchorReach = 2
 // anchorReach lineage hops (parents and children) of one to its distance
 // from the nearest. as_of does not cut this walk: candidates are cut where
 // they are built (ValidAt), so ranking near an anchor is unchanged by it.
-func (e *Engine) anchorHops(ctx context.Context, anchors []string) (map[string]int, error) {
+// The walk reads at most MaxCandidates records, nearest first, so a
+// record with thousands of remixes cannot make one query read the store;
+// unread counts the records it reached and left unread.
+func (e *Engine) anchorHops(ctx context.Context, anchors []string) (hops map[string]int, unread int, err error) {
 	var keys []string
 	for _, a := range anchors {
 		if k, ok := keyFromURI(a); ok {
 			keys = append(keys, k)
 		}
 	}
-	near, err := walk.Hops(ctx, newLineageView(e.cfg.Backend), keys, anchorReach)
+	v := newLineageView(e.cfg.Backend)
+	v.limit = e.cfg.MaxCandidates
+	near, err := walk.Hops(ctx, v, keys, anchorReach)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	hops := make(map[string]int, len(near))
+	hops = make(map[string]int, len(near))
 	for _, n := range near {
 		hops[n.Key] = n.Depth
 	}
-	return hops, nil
+	return hops, len(v.unread), nil
 }
 
 func (e *Engine) unavailable(what string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		e.stats.deadline.Add(1)
+		return Errorf(CodeUnavailable, "%s stopped at the request's deadline (at most %s); narrow the query (fewer anchors, lower max_frames) or retry later", what, e.cfg.RequestTimeout)
+	}
+	if errors.Is(err, context.Canceled) {
 		return Errorf(CodeUnavailable, "%s interrupted: %v", what, err)
 	}
 	e.cfg.Logger.Warn("cgp backend failure", "op", what, "err", err)
@@ -421,8 +533,17 @@ func (e *Engine) unavailable(what string, err error) error {
 // is not one we mint. provider_id is echoed but not compared (V5): older
 // hosts send their local id there.
 func (e *Engine) Verify(ctx context.Context, req *VerifyRequest) (*VerifyResponse, error) {
+	e.stats.verifies.Add(1)
+	ctx, done, err := e.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	out := &VerifyResponse{Verdicts: make([]Verdict, 0, len(req.Frames))}
 	for _, id := range req.Frames {
+		if err := ctx.Err(); err != nil {
+			return nil, e.unavailable("verify", err)
+		}
 		v := Verdict{Frame: id, Status: StatusUnknown}
 		fid, ok := rawString(id.FrameID)
 		if !ok {

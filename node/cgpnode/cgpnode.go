@@ -61,13 +61,19 @@ type SocketHandler struct{ Engine *cgp.Engine }
 
 var _ ipc.CGPHandler = SocketHandler{}
 
+// socketResultBytes is the frames' budget of a result sent over the
+// socket: one socket message (ipc.MaxMessage) less room for the reply's
+// envelope and the result attestation, so a large result reaches the
+// `cmbnode cgp` shim truncated (and saying so) instead of as too_large.
+const socketResultBytes = ipc.MaxMessage - 64<<10
+
 // Query implements ipc.CGPHandler.
 func (h SocketHandler) Query(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 	q, err := cgp.DecodeQuery(raw)
 	if err != nil {
 		return nil, socketErr(err)
 	}
-	res, err := h.Engine.Query(ctx, q)
+	res, err := h.Engine.QueryWithin(ctx, q, socketResultBytes)
 	if err != nil {
 		return nil, socketErr(err)
 	}

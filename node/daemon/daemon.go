@@ -318,6 +318,9 @@ func Run(ctx context.Context, opts Options) error {
 		if err := metrics.Register(reg, n, m); err != nil {
 			return fmt.Errorf("start metrics on %s: %w", addr, err)
 		}
+		if err := metrics.RegisterLocal(reg, srv, eng); err != nil {
+			return fmt.Errorf("start metrics on %s: %w", addr, err)
+		}
 		s, err := metrics.Serve(loopbackDefault(addr), metrics.Handler(reg, mlog), mlog)
 		if err != nil {
 			return fmt.Errorf("start metrics on %s: %w", addr, err)

@@ -31,8 +31,9 @@ type Options struct {
 	// CGP answers query and verify; nil makes both reply `unavailable`.
 	CGP    CGPHandler
 	Logger *slog.Logger
-	// MaxConns bounds simultaneous clients (1024); one more is told
-	// `unavailable` and closed.
+	// MaxConns bounds simultaneous clients (1024). A client past it takes
+	// the place of the idlest connection (see evictable); only when every
+	// one is listening or busy is it told `unavailable` and closed.
 	MaxConns int
 	// MaxInFlight bounds concurrently handled requests per connection (64);
 	// the connection is not read further until one finishes.
@@ -48,8 +49,13 @@ type Options struct {
 	// WriteTimeout bounds one write to a client (10 s); a client that does
 	// not drain its socket for that long is dropped.
 	WriteTimeout time.Duration
-	// IdleTimeout closes a connection with no request for this long and no
-	// listen subscription; 0 (the default) never does, since agents keep
+	// HelloTimeout closes a connection that has sent nothing at all this
+	// long after connecting (30 s): an honest client speaks first, and
+	// silent connections would otherwise hold MaxConns' places forever.
+	HelloTimeout time.Duration
+	// IdleTimeout closes a connection that has spoken but then sent nothing
+	// for this long, while it has no listen subscription and no request or
+	// reply in flight; 0 (the default) never does, since agents keep
 	// connections open between remembers.
 	IdleTimeout time.Duration
 	// MaxHeldBytes bounds what the server holds for all its clients
@@ -81,6 +87,7 @@ func DefaultOptions() Options {
 		WriteQueue:     1024,
 		EventQueue:     256,
 		MessageTimeout: 30 * time.Second,
+		HelloTimeout:   30 * time.Second,
 		WriteTimeout:   10 * time.Second,
 		DrainTimeout:   5 * time.Second,
 		MaxHeldBytes:   128 << 20,
@@ -98,6 +105,7 @@ func (o *Options) defaults() {
 	opt.Default(&o.WriteQueue, def.WriteQueue)
 	opt.Default(&o.EventQueue, def.EventQueue)
 	opt.Default(&o.MessageTimeout, def.MessageTimeout)
+	opt.Default(&o.HelloTimeout, def.HelloTimeout)
 	opt.Default(&o.WriteTimeout, def.WriteTimeout)
 	opt.Default(&o.DrainTimeout, def.DrainTimeout)
 	opt.Default(&o.MaxHeldBytes, def.MaxHeldBytes)
@@ -123,7 +131,13 @@ type Server struct {
 	held    atomic.Int64
 	sched   *sched
 	dropped atomic.Int64 // dropped for not reading
-	wg      sync.WaitGroup
+	// idleClosed, evicted and refused count connection admission: closed
+	// by HelloTimeout or IdleTimeout, closed to make room for a new
+	// client, and new clients turned away with no room to make.
+	idleClosed atomic.Int64
+	evicted    atomic.Int64
+	refused    atomic.Int64
+	wg         sync.WaitGroup
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -136,6 +150,14 @@ type Stats struct {
 	Dropped  int64 // dropped for not reading what they were sent
 	// HeldBytes is what the server holds for its clients now.
 	HeldBytes int64
+	// IdleClosed counts connections closed by HelloTimeout or IdleTimeout.
+	IdleClosed int64
+	// Evicted counts idle connections closed to make room for a new client
+	// at MaxConns.
+	Evicted int64
+	// Refused counts clients turned away at MaxConns: every connection was
+	// listening or busy.
+	Refused int64
 }
 
 // InUseError means a live daemon already serves the socket.
@@ -233,7 +255,10 @@ func Probe(path string) (alive bool, pid int) {
 
 // Stats reports the socket's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load(), HeldBytes: s.held.Load()}
+	return Stats{
+		Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load(), HeldBytes: s.held.Load(),
+		IdleClosed: s.idleClosed.Load(), Evicted: s.evicted.Load(), Refused: s.refused.Load(),
+	}
 }
 
 // Serve accepts clients until ctx is done or Close is called. Before it
@@ -322,10 +347,27 @@ func (s *Server) shutdown() {
 
 func (s *Server) newConn(nc *net.UnixConn) *conn {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var victim *conn
 	if len(s.conns) >= s.opts.MaxConns {
-		return nil
+		if victim = s.idlest(); victim == nil {
+			s.mu.Unlock()
+			s.refused.Add(1)
+			return nil
+		}
+		// The victim's place is the new client's from now on, though its
+		// goroutines wind down after: forget does not count it twice.
+		delete(s.conns, victim)
+		s.clients.Add(-1)
 	}
+	defer func() {
+		s.mu.Unlock()
+		if victim != nil {
+			n := s.evicted.Add(1)
+			s.log.Debug("closed an idle socket client to make room for a new one", "client", victim.id,
+				"spoke", victim.spoke.Load(), "maxConns", s.opts.MaxConns, "evictedTotal", n)
+			victim.kill()
+		}
+	}()
 	s.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
@@ -336,16 +378,54 @@ func (s *Server) newConn(nc *net.UnixConn) *conn {
 		drained: make(chan struct{}, 1),
 	}
 	c.q = &fairQ{c: c, idx: -1}
+	c.idleSince.Store(time.Now().UnixNano())
 	s.conns[c] = struct{}{}
 	s.clients.Add(1)
 	return c
 }
 
+// idlest picks the connection a new client may replace at MaxConns: of
+// the evictable ones, one that never sent anything before one that did,
+// then the one waiting longest. Silent connections go first, oldest
+// first, so a flood of them evicts its own before any agent that spoke,
+// and a client that just connected is the last of them to go. Called
+// with s.mu held.
+func (s *Server) idlest() *conn {
+	var best *conn
+	var bestSpoke bool
+	var bestSince int64
+	for c := range s.conns {
+		since, ok := c.evictable()
+		if !ok {
+			continue
+		}
+		spoke := c.spoke.Load()
+		if best == nil || (!spoke && bestSpoke) || (spoke == bestSpoke && since < bestSince) {
+			best, bestSpoke, bestSince = c, spoke, since
+		}
+	}
+	return best
+}
+
+// evictable reports whether closing c loses nothing but an open socket:
+// it is waiting for a message to start, holds no request or reply, and
+// is not listening. since is when it began to wait.
+func (c *conn) evictable() (since int64, ok bool) {
+	since = c.idleSince.Load()
+	if since == 0 || c.isDead() || c.listening.Load() || c.held.Load() > 0 {
+		return 0, false
+	}
+	return since, true
+}
+
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
+	_, ok := s.conns[c]
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.clients.Add(-1)
+	if ok {
+		s.clients.Add(-1)
+	}
 }
 
 // conn is one client. Its reader runs in serve; a writer goroutine owns
@@ -374,6 +454,15 @@ type conn struct {
 
 	subMu sync.Mutex
 	sub   *events.Sub
+	// listening is set once sub is: read without subMu by idlest, which
+	// holds s.mu (taken under subMu by listen's hold).
+	listening atomic.Bool
+
+	// spoke is set once the client's first byte arrived; idleSince is when
+	// it began waiting for its next message (Unix ns), 0 while one is
+	// being read or processed.
+	spoke     atomic.Bool
+	idleSince atomic.Int64
 
 	// held is what the server holds for this client: requests read and
 	// not yet answered, replies queued and not yet written. The reader
@@ -673,25 +762,44 @@ func (c *conn) readLoop() {
 	}
 }
 
-// readMessage reads one NDJSON line or one frame. No deadline applies
-// while waiting for a message to start (unless IdleTimeout is set); once
-// its first byte is in, all of it must arrive within MessageTimeout.
+// readMessage reads one NDJSON line or one frame. While waiting for a
+// message to start, only HelloTimeout (before the first) or IdleTimeout
+// (after it) applies, and neither closes a connection that listens or has
+// a request or reply in flight: its wait starts over. Once a message's
+// first byte is in, all of it must arrive within MessageTimeout.
 func (c *conn) readMessage(first bool) ([]byte, error) {
 	o := &c.srv.opts
-	var idle time.Time
-	if o.IdleTimeout > 0 && !c.subscribed() {
-		idle = time.Now().Add(o.IdleTimeout)
-	}
-	// Each deadline is set before stopRead is checked, so a concurrent
-	// stopReading (which sets the flag, then a past deadline) always wins.
-	c.nc.SetReadDeadline(idle)
-	if c.stopRead.Load() {
-		return nil, net.ErrClosed
-	}
-	b, err := c.br.Peek(1)
-	if err != nil {
+	c.idleSince.Store(time.Now().UnixNano())
+	var b []byte
+	for {
+		var idle time.Time
+		if limit := c.idleLimit(); limit > 0 {
+			idle = time.Now().Add(limit)
+		}
+		// Each deadline is set before stopRead is checked, so a concurrent
+		// stopReading (which sets the flag, then a past deadline) always wins.
+		c.nc.SetReadDeadline(idle)
+		if c.stopRead.Load() {
+			return nil, net.ErrClosed
+		}
+		var err error
+		b, err = c.br.Peek(1)
+		if err == nil {
+			break
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || c.stopRead.Load() {
+			return nil, err
+		}
+		if c.listening.Load() || c.held.Load() > 0 {
+			continue // not idle: it listens, or waits for a reply
+		}
+		n := c.srv.idleClosed.Add(1)
+		c.srv.log.Debug("closing idle socket client", "client", c.id, "spoke", c.spoke.Load(), "idleClosedTotal", n)
 		return nil, err
 	}
+	c.idleSince.Store(0)
+	c.spoke.Store(true)
 	if first {
 		c.framed = b[0] == 0x00
 	}
@@ -864,10 +972,13 @@ func (s *Server) limitReply(typ string, id json.RawMessage, b []byte) []byte {
 	return encodeError(typ, id, Errorf(CodeTooLarge, "the reply would be %d bytes, over the %d-byte limit; ask for less (a lower limit or depth)", len(b), MaxMessage))
 }
 
-func (c *conn) subscribed() bool {
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
-	return c.sub != nil
+// idleLimit is how long the connection may wait for its next message to
+// start: HelloTimeout until it has sent anything, then IdleTimeout.
+func (c *conn) idleLimit() time.Duration {
+	if !c.spoke.Load() {
+		return c.srv.opts.HelloTimeout
+	}
+	return c.srv.opts.IdleTimeout
 }
 
 func (c *conn) closeSub() {
@@ -898,6 +1009,7 @@ func (c *conn) listen(typ string, id json.RawMessage) error {
 		return nil
 	}
 	c.sub = sub
+	c.listening.Store(true)
 	go c.watch(sub)
 	return nil
 }
