@@ -20,17 +20,13 @@ const (
 	// mismatchHold keeps a peer of another group from being re-dialled.
 	mismatchHold = 10 * time.Minute
 
-	// Peer-info dial bounds. Every advertised address could cost a dial and
-	// every dial a goroutine, and a peer-info frame is up to 1 MiB of
-	// addresses a peer may invent, so: at most peerInfoAddrs addresses per
-	// advertised peer; at most peerInfoBudget advertised peers dialled per
-	// session per peerInfoWindow; at most peerInfoSlots such dials running
-	// at once in the whole mesh. What exceeds a bound is dropped, not
-	// queued: honest peers re-send peer-info on every new session.
-	peerInfoAddrs  = 8
-	peerInfoBudget = 64
-	peerInfoWindow = time.Minute
-	peerInfoSlots  = 16
+	// Peer-info dial bounds besides the budgets (peerinfo.go). Every
+	// advertised address could cost a dial and every dial a goroutine, and
+	// a peer-info frame is up to 1 MiB of addresses a peer may invent, so:
+	// at most peerInfoAddrs addresses per advertised peer, and at most
+	// peerInfoSlots such dials running at once in the whole mesh.
+	peerInfoAddrs = 8
+	peerInfoSlots = 16
 )
 
 // onConnected makes sure a new connection gets an /mmp session. MMP says the
@@ -130,7 +126,9 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 
 // dialAdvertised dials a peer that ss's peer-info advertised, unless it is
 // us, connected, of another group or already being dialled, and only if a
-// mesh-wide slot is free and the session's budget for the window is left.
+// mesh-wide slot is free and the advertiser's and the mesh's budgets
+// (dialBudget) have a dial left for it: a member's budget when it
+// completed a handshake here before, a stranger's otherwise.
 func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected || m.isMismatched(ai.ID) {
 		return
@@ -144,19 +142,18 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	case m.peerInfoSlots <- struct{}{}:
 	default:
 		m.mu.Unlock()
+		m.peerInfoBudget.refuse(boundSlots)
 		m.stats.peerInfoDropped.Add(1)
 		return
 	}
-	if now := time.Now(); now.Sub(ss.peerInfoSince) >= peerInfoWindow {
-		ss.peerInfoSince, ss.peerInfoDials = now, 0
-	}
-	if ss.peerInfoDials >= peerInfoBudget {
+	stranger := m.known == nil || !m.known.has(ai.ID)
+	if bound := m.peerInfoBudget.take(ss.pid, stranger, time.Now()); bound != "" {
 		<-m.peerInfoSlots
 		m.mu.Unlock()
 		m.stats.peerInfoDropped.Add(1)
+		m.log.Debug("peer-info dial refused", "advertiser", ss.pid, "peer", ai.ID, "bound", bound)
 		return
 	}
-	ss.peerInfoDials++
 	m.peerInfoDialing[ai.ID] = true
 	m.mu.Unlock()
 	release := func() {

@@ -216,6 +216,7 @@ type Mesh struct {
 	// peerInfoSlots holds one token per such dial (see dialAdvertised).
 	peerInfoDialing map[peer.ID]bool
 	peerInfoSlots   chan struct{}
+	peerInfoBudget  *dialBudget
 
 	// admitCh is closed (and replaced) whenever a session is admitted;
 	// guarded by mu.
@@ -292,6 +293,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		dialing:         map[peer.ID]bool{},
 		peerInfoDialing: map[peer.ID]bool{},
 		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
+		peerInfoBudget:  newDialBudget(),
 		acceptQ:         make(chan *node.Checked, acceptQueue),
 		admitCh:         make(chan struct{}),
 		observed:        map[peer.ID]ma.Multiaddr{},

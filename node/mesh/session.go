@@ -59,11 +59,6 @@ type session struct {
 	seq   atomic.Uint64
 	serve chan struct{}
 	done  chan struct{}
-
-	// Peer-info dials this session's frames started in the window opened
-	// at peerInfoSince; guarded by m.mu (see dialAdvertised).
-	peerInfoSince time.Time
-	peerInfoDials int
 }
 
 // runSession drives one stream from handshake to close.
@@ -509,7 +504,7 @@ func (m *Mesh) entryFor(pi node.PeerInfo) cmb.PeerEntry {
 
 // onPeerInfo dials the peers a peer-info frame advertises, within bounds a
 // lying peer cannot stretch: the first maxPeerInfo entries, one peer and
-// at most peerInfoAddrs addresses per entry, and the per-session and
+// at most peerInfoAddrs addresses per entry, and the per-advertiser and
 // mesh-wide dial bounds of dialAdvertised.
 func (ss *session) onPeerInfo(f *cmb.PeerInfo) {
 	m := ss.m
