@@ -97,17 +97,39 @@ func (m *Mesh) handleStream(s network.Stream) {
 func (m *Mesh) isMismatched(pid peer.ID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until, ok := m.mismatch[pid]
-	if ok && time.Now().After(until) {
+	r, ok := m.mismatch[pid]
+	if ok && time.Now().After(r.until) {
 		delete(m.mismatch, pid)
 		return false
 	}
 	return ok
 }
 
-func (m *Mesh) markMismatched(pid peer.ID) {
+// markMismatched refuses pid for mismatchHold: reason is one of the
+// refused* constants, grp the group its handshake named (refusedGroup).
+func (m *Mesh) markMismatched(pid peer.ID, reason, grp string) {
+	if len(grp) > maxShownGroup {
+		grp = grp[:maxShownGroup] + "…"
+	}
+	now := time.Now()
 	m.mu.Lock()
-	m.mismatch[pid] = time.Now().Add(mismatchHold)
+	if len(m.mismatch) >= maxRefused {
+		for id, r := range m.mismatch {
+			if now.After(r.until) {
+				delete(m.mismatch, id)
+			}
+		}
+	}
+	m.mismatch[pid] = refusal{until: now.Add(mismatchHold), reason: reason, group: grp}
+	m.mu.Unlock()
+}
+
+// clearRefusal ends pid's hold: it presented a handshake that passed (it
+// moved to our group, or got the secret), so the earlier refusal no
+// longer says anything about it.
+func (m *Mesh) clearRefusal(pid peer.ID) {
+	m.mu.Lock()
+	delete(m.mismatch, pid)
 	m.mu.Unlock()
 }
 
@@ -203,27 +225,31 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	m.stats.peerInfoDials.Add(1)
 }
 
-// keepDialled keeps a bootstrap peer connected, re-dialling with jittered
-// exponential backoff (1 s doubling to RetryMax) while it is unreachable.
-func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo) {
+// keepDialled keeps a bootstrap peer or relay connected, re-dialling with
+// jittered exponential backoff (1 s doubling to RetryMax) while it is
+// unreachable. A peer refused at the handshake is not dialled while the
+// refusal holds; it is re-checked every few seconds, since a handshake
+// that passes ends the hold early (clearRefusal).
+func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo, k *kept) {
 	backoff := time.Second
 	for {
-		wait := 5 * time.Second // re-check a healthy connection this often
+		wait := 5 * time.Second // re-check a healthy connection, or a refusal, this often
 		switch {
 		case m.isMismatched(ai.ID):
-			wait = mismatchHold
 		case m.h.Network().Connectedness(ai.ID) == network.Connected:
 			backoff = time.Second
+			m.dialSucceeded(k)
 		default:
 			if err := m.connect(ctx, ai); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Debug("bootstrap dial failed", "peer", ai.ID, "retryIn", backoff, "err", err)
+				m.dialFailed(k, backoff, err)
 				wait = backoff + rand.N(backoff/2+1)
 				backoff = min(backoff*2, m.cfg.RetryMax)
 			} else {
 				backoff = time.Second
+				m.dialSucceeded(k)
 			}
 		}
 		select {

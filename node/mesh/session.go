@@ -79,6 +79,7 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 		return
 	}
 	m.stats.handshakes.Add(1)
+	m.clearRefusal(ss.pid)
 	m.addSession(ss)
 	defer m.removeSession(ss)
 
@@ -156,7 +157,7 @@ func (ss *session) handshake(ctx context.Context) error {
 	if g := group.Normalize(hs.Group); g != m.wireGroup {
 		m.stats.groupMismatch.Add(1)
 		ss.fail(cmb.CodeGroupMismatch, "group mismatch")
-		m.markMismatched(ss.pid)
+		m.markMismatched(ss.pid, refusedGroup, g)
 		// No application frame crosses groups: drop the whole connection
 		// once the error frame had a moment to leave.
 		m.closeSoon(ss.pid)
