@@ -104,6 +104,35 @@ type Reacher interface {
 	Reach() Reach
 }
 
+// DialReporter is a mesh that reports how its dials fare and whom it
+// refused, for status: why a node has no peers.
+type DialReporter interface {
+	Bootstrap() []BootstrapPeer
+	Refused() []RefusedPeer
+}
+
+// BootstrapPeer is one configured bootstrap peer and how dialling it fares.
+type BootstrapPeer struct {
+	// Addr is the multiaddr as configured.
+	Addr string `json:"addr"`
+	// Connected is true while the peer is admitted (handshaken into the group).
+	Connected bool `json:"connected"`
+	// LastError is why the last dial or handshake failed ("" if none did):
+	// a short cause such as "connection refused" or "refused: another group".
+	LastError string `json:"lastError,omitempty"`
+}
+
+// RefusedPeer is a peer refused at the handshake, not dialled again until
+// Until (unix ms) unless it presents a handshake that passes.
+type RefusedPeer struct {
+	PeerID string `json:"peerId"`
+	// Reason is "group" (its handshake named another group: Group) or
+	// "proof" (no valid membership proof of our private group's secret).
+	Reason string `json:"reason"`
+	Group  string `json:"group,omitempty"`
+	Until  int64  `json:"until"`
+}
+
 // Reach is how this node is reached: what status shows.
 type Reach struct {
 	// Reachability is public, private or unknown; Forced when it comes

@@ -271,6 +271,10 @@ type Status struct {
 	Quarantined []string `json:"quarantined"`
 	// Reach is how the node is reached (nil off the mesh).
 	Reach *Reach `json:"reach,omitempty"`
+	// Bootstrap and Refused say why the node has the peers it has (off the
+	// mesh, nil): how its bootstrap dials fare, and whom it refused.
+	Bootstrap []BootstrapPeer `json:"bootstrap,omitempty"`
+	Refused   []RefusedPeer   `json:"refused,omitempty"`
 }
 
 // Status reports identity, network and counts.
@@ -288,6 +292,9 @@ func (n *Node) Status() Status {
 		if r, ok := m.(Reacher); ok {
 			v := r.Reach()
 			s.Reach = &v
+		}
+		if d, ok := m.(DialReporter); ok {
+			s.Bootstrap, s.Refused = d.Bootstrap(), d.Refused()
 		}
 	}
 	return s

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -154,6 +155,12 @@ func cmdStatus(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", label, a)
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
+	if st.PeerID != "" {
+		fmt.Fprintf(tw, "bootstrap\t%s\n", bootstrapLine(st.Bootstrap))
+	}
+	if len(st.Refused) > 0 {
+		fmt.Fprintf(tw, "refused\t%s\n", refusedLine(st.Refused))
+	}
 	// Labels stay within the widest one above (publicKey), so the
 	// columns scripts read keep their place.
 	if r := st.Reach; r != nil {
@@ -205,6 +212,47 @@ func cmdStatus(e *env, args []string) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// bootstrapLine says how the bootstrap dials fare: "1 configured, 0
+// connected (last error: connection refused)".
+func bootstrapLine(bs []node.BootstrapPeer) string {
+	up, last := 0, ""
+	for _, b := range bs {
+		switch {
+		case b.Connected:
+			up++
+		case last == "" && b.LastError != "":
+			last = b.LastError
+		}
+	}
+	line := fmt.Sprintf("%d configured, %d connected", len(bs), up)
+	if last != "" {
+		line += " (last error: " + last + ")"
+	}
+	return line
+}
+
+// refusedLine says whom the handshake refused: `1 peer: group "alpha"`.
+func refusedLine(rs []node.RefusedPeer) string {
+	var why []string
+	for _, r := range rs {
+		w := "no valid group membership proof"
+		switch r.Reason {
+		case "group":
+			w = fmt.Sprintf("group %q", r.Group)
+		case "epoch":
+			w = "group secret epoch expired"
+		}
+		if !slices.Contains(why, w) {
+			why = append(why, w)
+		}
+	}
+	peers := "peers"
+	if len(rs) == 1 {
+		peers = "peer"
+	}
+	return fmt.Sprintf("%d %s: %s", len(rs), peers, strings.Join(why, ", "))
 }
 
 func cmdPeers(e *env, args []string) error {

@@ -20,17 +20,13 @@ const (
 	// mismatchHold keeps a peer of another group from being re-dialled.
 	mismatchHold = 10 * time.Minute
 
-	// Peer-info dial bounds. Every advertised address could cost a dial and
-	// every dial a goroutine, and a peer-info frame is up to 1 MiB of
-	// addresses a peer may invent, so: at most peerInfoAddrs addresses per
-	// advertised peer; at most peerInfoBudget advertised peers dialled per
-	// session per peerInfoWindow; at most peerInfoSlots such dials running
-	// at once in the whole mesh. What exceeds a bound is dropped, not
-	// queued: honest peers re-send peer-info on every new session.
-	peerInfoAddrs  = 8
-	peerInfoBudget = 64
-	peerInfoWindow = time.Minute
-	peerInfoSlots  = 16
+	// Peer-info dial bounds besides the budgets (peerinfo.go). Every
+	// advertised address could cost a dial and every dial a goroutine, and
+	// a peer-info frame is up to 1 MiB of addresses a peer may invent, so:
+	// at most peerInfoAddrs addresses per advertised peer, and at most
+	// peerInfoSlots such dials running at once in the whole mesh.
+	peerInfoAddrs = 8
+	peerInfoSlots = 16
 )
 
 // onConnected makes sure a new connection gets an /mmp session. MMP says the
@@ -101,17 +97,39 @@ func (m *Mesh) handleStream(s network.Stream) {
 func (m *Mesh) isMismatched(pid peer.ID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until, ok := m.mismatch[pid]
-	if ok && time.Now().After(until) {
+	r, ok := m.mismatch[pid]
+	if ok && time.Now().After(r.until) {
 		delete(m.mismatch, pid)
 		return false
 	}
 	return ok
 }
 
-func (m *Mesh) markMismatched(pid peer.ID) {
+// markMismatched refuses pid for mismatchHold: reason is one of the
+// refused* constants, grp the group its handshake named (refusedGroup).
+func (m *Mesh) markMismatched(pid peer.ID, reason, grp string) {
+	if len(grp) > maxShownGroup {
+		grp = grp[:maxShownGroup] + "…"
+	}
+	now := time.Now()
 	m.mu.Lock()
-	m.mismatch[pid] = time.Now().Add(mismatchHold)
+	if len(m.mismatch) >= maxRefused {
+		for id, r := range m.mismatch {
+			if now.After(r.until) {
+				delete(m.mismatch, id)
+			}
+		}
+	}
+	m.mismatch[pid] = refusal{until: now.Add(mismatchHold), reason: reason, group: grp}
+	m.mu.Unlock()
+}
+
+// clearRefusal ends pid's hold: it presented a handshake that passed (it
+// moved to our group, or got the secret), so the earlier refusal no
+// longer says anything about it.
+func (m *Mesh) clearRefusal(pid peer.ID) {
+	m.mu.Lock()
+	delete(m.mismatch, pid)
 	m.mu.Unlock()
 }
 
@@ -130,7 +148,9 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 
 // dialAdvertised dials a peer that ss's peer-info advertised, unless it is
 // us, connected, of another group or already being dialled, and only if a
-// mesh-wide slot is free and the session's budget for the window is left.
+// mesh-wide slot is free and the advertiser's and the mesh's budgets
+// (dialBudget) have a dial left for it: a member's budget when it
+// completed a handshake here before, a stranger's otherwise.
 func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected || m.isMismatched(ai.ID) {
 		return
@@ -144,19 +164,18 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	case m.peerInfoSlots <- struct{}{}:
 	default:
 		m.mu.Unlock()
+		m.peerInfoBudget.refuse(boundSlots)
 		m.stats.peerInfoDropped.Add(1)
 		return
 	}
-	if now := time.Now(); now.Sub(ss.peerInfoSince) >= peerInfoWindow {
-		ss.peerInfoSince, ss.peerInfoDials = now, 0
-	}
-	if ss.peerInfoDials >= peerInfoBudget {
+	stranger := m.known == nil || !m.known.has(ai.ID)
+	if bound := m.peerInfoBudget.take(ss.pid, stranger, time.Now()); bound != "" {
 		<-m.peerInfoSlots
 		m.mu.Unlock()
 		m.stats.peerInfoDropped.Add(1)
+		m.log.Debug("peer-info dial refused", "advertiser", ss.pid, "peer", ai.ID, "bound", bound)
 		return
 	}
-	ss.peerInfoDials++
 	m.peerInfoDialing[ai.ID] = true
 	m.mu.Unlock()
 	release := func() {
@@ -206,27 +225,31 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	m.stats.peerInfoDials.Add(1)
 }
 
-// keepDialled keeps a bootstrap peer connected, re-dialling with jittered
-// exponential backoff (1 s doubling to RetryMax) while it is unreachable.
-func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo) {
+// keepDialled keeps a bootstrap peer or relay connected, re-dialling with
+// jittered exponential backoff (1 s doubling to RetryMax) while it is
+// unreachable. A peer refused at the handshake is not dialled while the
+// refusal holds; it is re-checked every few seconds, since a handshake
+// that passes ends the hold early (clearRefusal).
+func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo, k *kept) {
 	backoff := time.Second
 	for {
-		wait := 5 * time.Second // re-check a healthy connection this often
+		wait := 5 * time.Second // re-check a healthy connection, or a refusal, this often
 		switch {
 		case m.isMismatched(ai.ID):
-			wait = mismatchHold
 		case m.h.Network().Connectedness(ai.ID) == network.Connected:
 			backoff = time.Second
+			m.dialSucceeded(k)
 		default:
 			if err := m.connect(ctx, ai); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Debug("bootstrap dial failed", "peer", ai.ID, "retryIn", backoff, "err", err)
+				m.dialFailed(k, backoff, err)
 				wait = backoff + rand.N(backoff/2+1)
 				backoff = min(backoff*2, m.cfg.RetryMax)
 			} else {
 				backoff = time.Second
+				m.dialSucceeded(k)
 			}
 		}
 		select {

@@ -210,12 +210,15 @@ type Mesh struct {
 
 	mu       sync.Mutex
 	peers    map[peer.ID]*peerState
-	mismatch map[peer.ID]time.Time // peers of another group: not re-dialled until then
-	dialing  map[peer.ID]bool
+	mismatch map[peer.ID]refusal // peers refused at the handshake: not re-dialled until then
+	// kept are the bootstrap peers and relays keepDialled keeps connected.
+	kept    []*kept
+	dialing map[peer.ID]bool
 	// peerInfoDialing are peers a peer-info dial is running for;
 	// peerInfoSlots holds one token per such dial (see dialAdvertised).
 	peerInfoDialing map[peer.ID]bool
 	peerInfoSlots   chan struct{}
+	peerInfoBudget  *dialBudget
 
 	// admitCh is closed (and replaced) whenever a session is admitted;
 	// guarded by mu.
@@ -288,10 +291,11 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		cfg: cfg, n: n, id: id, group: grp, keys: cfg.Keys, wireGroup: wire, topicName: group.Topic(wire),
 		log:             cfg.Logger.With("component", "mesh"),
 		peers:           map[peer.ID]*peerState{},
-		mismatch:        map[peer.ID]time.Time{},
+		mismatch:        map[peer.ID]refusal{},
 		dialing:         map[peer.ID]bool{},
 		peerInfoDialing: map[peer.ID]bool{},
 		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
+		peerInfoBudget:  newDialBudget(),
 		acceptQ:         make(chan *node.Checked, acceptQueue),
 		admitCh:         make(chan struct{}),
 		observed:        map[peer.ID]ma.Multiaddr{},
@@ -352,14 +356,14 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			continue
 		}
 		kept[ai.ID] = true
-		m.goRun(func(ctx context.Context) { m.keepDialled(ctx, *ai) })
+		m.keepDialling(*ai, a, "bootstrap")
 	}
-	for _, ai := range m.staticRelays {
+	for i, ai := range m.staticRelays {
 		if ai.ID == h.ID() || kept[ai.ID] {
 			continue
 		}
 		kept[ai.ID] = true
-		m.goRun(func(ctx context.Context) { m.keepDialled(ctx, ai) })
+		m.keepDialling(ai, cfg.Relays[i], "relay")
 	}
 	if m.known != nil {
 		for _, ai := range m.known.addrInfos() {
@@ -380,6 +384,15 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	m.log.Info("mesh started", "peerId", h.ID().String(), "group", m.group, "private", m.keys != nil, "addrs", m.Addrs(),
 		"relayService", cfg.RelayService, "relays", len(m.staticRelays), "reachability", cfg.Reachability)
 	return m, nil
+}
+
+// keepDialling starts keepDialled for ai, configured as addr.
+func (m *Mesh) keepDialling(ai peer.AddrInfo, addr, kind string) {
+	k := &kept{addr: addr, id: ai.ID, kind: kind}
+	m.mu.Lock()
+	m.kept = append(m.kept, k)
+	m.mu.Unlock()
+	m.goRun(func(ctx context.Context) { m.keepDialled(ctx, ai, k) })
 }
 
 // newHost builds the libp2p host. Limits (documented for operators):

@@ -116,6 +116,14 @@ func (k *knownPeers) addrInfos() []peer.AddrInfo {
 	return out
 }
 
+// has reports whether pid is a remembered member: one this node admitted.
+func (k *knownPeers) has(pid peer.ID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.peers[pid.String()]
+	return ok
+}
+
 // saw records an admitted peer's addresses (the connection's remote
 // address first) as of now.
 func (k *knownPeers) saw(pid peer.ID, nodeID string, addrs []ma.Multiaddr) {

@@ -213,7 +213,7 @@ func (ss *session) refuse(err error) {
 	m.n.Counters.CountReject("group-proof")
 	m.log.Warn("peer refused: no valid group membership proof", "peer", ss.pid, "addr", ss.s.Conn().RemoteMultiaddr().String(), "outbound", ss.outbound, "err", err)
 	ss.fail(cmb.CodeAuthFailed, "group membership proof failed")
-	m.markMismatched(ss.pid)
+	m.markMismatched(ss.pid, refusedProof, "")
 	m.closeSoon(ss.pid)
 }
 
@@ -258,7 +258,7 @@ func (m *Mesh) watchKeys(ctx context.Context) {
 				m.log.Warn("ending a session: its group secret epoch has expired", "peer", ss.pid, "nodeId", ss.nodeID, "epoch", ss.epoch)
 				m.stats.epochExpired.Add(1)
 				ss.fail(cmb.CodeAuthFailed, "group secret epoch expired")
-				m.markMismatched(ss.pid)
+				m.markMismatched(ss.pid, refusedEpoch, "")
 				m.closeSoon(ss.pid)
 			case len(added) > 0 && ss.epoch < cur:
 				_ = ss.s.Reset() // the peer reconnects (removeSession) and renegotiates

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -563,9 +564,9 @@ func (mb *member) storesAll(t *testing.T, keys []string) {
 // nobody listens on — one entry with 5,000 addresses of one peer, and 500
 // entries whose ten addresses each name a different peer — plus entries for
 // the victim itself and for a peer it is already connected to. The victim
-// acts on at most 64 entries a frame, one peer and 8 addresses an entry, 64
-// peers a session a minute, 16 dials at once; never dials a connected peer;
-// and honest traffic keeps flowing.
+// acts on at most 64 entries a frame, one peer and 8 addresses an entry, 4
+// peers that never handshook here per advertiser a minute, 16 dials at
+// once; never dials a connected peer; and honest traffic keeps flowing.
 func TestPeerInfoFloodDialsBounded(t *testing.T) {
 	var mu sync.Mutex
 	var inFlight, maxInFlight, maxAddrs int
@@ -653,8 +654,8 @@ func TestPeerInfoFloodDialsBounded(t *testing.T) {
 	if s.PeerInfoDials+s.PeerInfoDialsDropped != candidates {
 		t.Errorf("%d dialled + %d dropped, want %d advertised peers acted on", s.PeerInfoDials, s.PeerInfoDialsDropped, candidates)
 	}
-	if dials > 64 {
-		t.Errorf("victim dialled %d advertised peers for one session, want at most 64 a minute", dials)
+	if dials > 4 {
+		t.Errorf("victim dialled %d advertised strangers for one advertiser, want at most 4 a minute", dials)
 	}
 	if maxInFlight > 16 {
 		t.Errorf("%d peer-info dials ran at once, want at most 16", maxInFlight)
@@ -698,4 +699,126 @@ func randomPeerID(t *testing.T) peer.ID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A rogue member uses peer-info as a dial amplifier: over several sessions
+// (each used to get a fresh budget) it advertises peers that never
+// handshook with the victim, every address a port it chose (listeners
+// here, counting the TCP connections the victim opens). The victim dials
+// at most peerInfoStrangers such peers for that advertiser in a window —
+// however many sessions it opens — so the port sees at most 4 peers × 8
+// addresses × 2 tries; the bound is counted, and honest traffic flows.
+func TestPeerInfoAmplifierBounded(t *testing.T) {
+	var mu sync.Mutex
+	inFlight := 0
+	hook := func(peer.AddrInfo) func() {
+		mu.Lock()
+		inFlight++
+		mu.Unlock()
+		return func() {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}
+	}
+	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+
+	var accepted atomic.Int64
+	var ports []int
+	for range 8 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+	}
+
+	r := newRogue(t)
+	r.dial(victim)
+	r.join("alpha")
+	answerPings(r.s)
+	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
+	halt := honestTraffic(t, honest)
+
+	const sessions, entries = 4, 64
+	for s := range sessions {
+		if s > 0 {
+			r.reopen()
+			r.join("alpha")
+			answerPings(r.s)
+		}
+		var pe []cmb.PeerEntry
+		for e := range entries {
+			id := randomPeerID(t)
+			entry := cmb.PeerEntry{NodeID: fmt.Sprintf("stranger-%d-%d", s, e)}
+			for _, p := range ports {
+				entry.Addrs = append(entry.Addrs, fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", p, id))
+			}
+			pe = append(pe, entry)
+		}
+		r.send(&cmb.PeerInfo{Peers: pe})
+		// Let the dials of this session run, so the next one finds free
+		// slots: what is measured is the budget, not the concurrency cap.
+		eventually(t, 30*time.Second, "victim acted on this session's peer-info", func() bool {
+			st := victim.m.Stats()
+			return st.PeerInfoDials+st.PeerInfoDialsDropped >= int64((s+1)*entries)
+		})
+		eventually(t, 30*time.Second, "this session's peer-info dials ended", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return inFlight == 0
+		})
+	}
+	st := victim.m.Stats()
+	t.Logf("victim opened %d TCP connections to the rogue's ports; stats %+v", accepted.Load(), st)
+	if n := accepted.Load(); n > 4*8*2 {
+		t.Errorf("victim opened %d connections to ports the rogue chose, want at most %d", n, 4*8*2)
+	}
+	if st.PeerInfoDials > 4 {
+		t.Errorf("victim dialled %d peers that never handshook here on one advertiser's word, want at most 4", st.PeerInfoDials)
+	}
+	if st.PeerInfoDialsLimited["advertiser-strangers"] == 0 {
+		t.Errorf("the per-advertiser bound was not counted: %v", st.PeerInfoDialsLimited)
+	}
+	victim.storesAll(t, halt())
+}
+
+// reopen opens a new /mmp stream on the rogue's connection (a new session).
+func (r *rogue) reopen() {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if r.s, err = r.h.NewStream(ctx, r.s.Conn().RemotePeer(), mesh.ProtocolID); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// answerPings answers the victim's pings on s so that session stays up.
+func answerPings(s network.Stream) {
+	go func() {
+		for {
+			p, err := cmb.ReadFrame(s, nil)
+			if err != nil {
+				return
+			}
+			if f, err := cmb.ParseFrame(p); err == nil && f.FrameType() == cmb.TypePing {
+				pp, _ := cmb.MarshalFrame(&cmb.Pong{})
+				_ = cmb.WriteFrame(s, pp)
+			}
+		}
+	}()
 }

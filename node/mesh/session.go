@@ -59,11 +59,6 @@ type session struct {
 	seq   atomic.Uint64
 	serve chan struct{}
 	done  chan struct{}
-
-	// Peer-info dials this session's frames started in the window opened
-	// at peerInfoSince; guarded by m.mu (see dialAdvertised).
-	peerInfoSince time.Time
-	peerInfoDials int
 }
 
 // runSession drives one stream from handshake to close.
@@ -84,6 +79,7 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 		return
 	}
 	m.stats.handshakes.Add(1)
+	m.clearRefusal(ss.pid)
 	m.addSession(ss)
 	defer m.removeSession(ss)
 
@@ -161,7 +157,7 @@ func (ss *session) handshake(ctx context.Context) error {
 	if g := group.Normalize(hs.Group); g != m.wireGroup {
 		m.stats.groupMismatch.Add(1)
 		ss.fail(cmb.CodeGroupMismatch, "group mismatch")
-		m.markMismatched(ss.pid)
+		m.markMismatched(ss.pid, refusedGroup, g)
 		// No application frame crosses groups: drop the whole connection
 		// once the error frame had a moment to leave.
 		m.closeSoon(ss.pid)
@@ -509,7 +505,7 @@ func (m *Mesh) entryFor(pi node.PeerInfo) cmb.PeerEntry {
 
 // onPeerInfo dials the peers a peer-info frame advertises, within bounds a
 // lying peer cannot stretch: the first maxPeerInfo entries, one peer and
-// at most peerInfoAddrs addresses per entry, and the per-session and
+// at most peerInfoAddrs addresses per entry, and the per-advertiser and
 // mesh-wide dial bounds of dialAdvertised.
 func (ss *session) onPeerInfo(f *cmb.PeerInfo) {
 	m := ss.m

@@ -50,8 +50,12 @@ type Stats struct {
 	// PeerInfoDials counts dials started for peers learned from peer-info.
 	PeerInfoDials int64 `json:"peerInfoDials"`
 	// PeerInfoDialsDropped counts advertised peers not dialled because a
-	// peer-info bound was reached (the session's budget, or no free slot).
-	PeerInfoDialsDropped int64 `json:"peerInfoDialsDropped"`
+	// peer-info bound was reached; PeerInfoDialsLimited counts them by
+	// bound: advertiser-members, advertiser-strangers (one advertiser's
+	// budget), total-members, total-strangers (the mesh's), slots (dials
+	// running at once), advertisers (advertisers with a budget in use).
+	PeerInfoDialsDropped int64            `json:"peerInfoDialsDropped"`
+	PeerInfoDialsLimited map[string]int64 `json:"peerInfoDialsLimited"`
 	// PeerstoreRedials counts remembered members reconnected at start
 	// from the peerstore file.
 	PeerstoreRedials int64 `json:"peerstoreRedials"`
@@ -123,7 +127,8 @@ func (m *Mesh) Stats() Stats {
 		GossipUnadmitted: m.stats.gossipUnadmitted.Load(), FetchesServed: m.stats.fetchServed.Load(),
 		DigestsServed: m.stats.digestServed.Load(), CatchUpRounds: m.stats.catchUpRounds.Load(),
 		PeerInfoDials: m.stats.peerInfoDials.Load(), PeerInfoDialsDropped: m.stats.peerInfoDropped.Load(),
-		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
+		PeerInfoDialsLimited: m.peerInfoBudget.snapshot(),
+		GossipDropped:        m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
 		Reach: m.Reach(),
 	}

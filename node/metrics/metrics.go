@@ -97,6 +97,7 @@ type collector struct {
 	rejected *prometheus.Desc
 	mesh     []scalar[mesh.Stats]
 	gDropped *prometheus.Desc
+	piLimit  *prometheus.Desc
 }
 
 func newCollector(n *node.Node, m MeshStats) *collector {
@@ -143,6 +144,7 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", func(s *ms) int64 { return int64(s.GossipGraylisted) }),
 		},
 		gDropped: prometheus.NewDesc("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", []string{"reason"}, nil),
+		piLimit:  prometheus.NewDesc("cmbnode_peerinfo_dials_limited_total", "Peers learned from peer-info not dialled, by the bound that refused them (docs/mesh.md, Limits).", []string{"bound"}, nil),
 	}
 }
 
@@ -159,6 +161,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- s.desc
 	}
 	ch <- c.gDropped
+	ch <- c.piLimit
 }
 
 // Collect implements prometheus.Collector.
@@ -179,6 +182,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for reason, n := range ms.GossipDropped {
 		ch <- prometheus.MustNewConstMetric(c.gDropped, prometheus.CounterValue, float64(n), reason)
+	}
+	for bound, n := range ms.PeerInfoDialsLimited {
+		ch <- prometheus.MustNewConstMetric(c.piLimit, prometheus.CounterValue, float64(n), bound)
 	}
 }
 

@@ -49,7 +49,7 @@ func TestServe(t *testing.T) {
 	}
 	defer m.Close()
 	stats := fixedStats{Peers: 3, PendingParents: 2, Handshakes: 7, CatchUpRounds: 5, GossipMesh: 1,
-		GossipDropped: map[string]int64{"queue-full": 4, "a": 1}}
+		GossipDropped: map[string]int64{"queue-full": 4, "a": 1}, PeerInfoDialsLimited: map[string]int64{"advertiser-strangers": 9}}
 	if err := metrics.Register(reg, n, stats); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +83,7 @@ func TestServe(t *testing.T) {
 		"cmbnode_gossip_mesh_peers 1\n",
 		"cmbnode_gossip_graylisted_peers 0\n",
 		`cmbnode_gossip_dropped_total{reason="a"} 1` + "\n" + `cmbnode_gossip_dropped_total{reason="queue-full"} 4` + "\n",
+		`cmbnode_peerinfo_dials_limited_total{bound="advertiser-strangers"} 9` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q:\n%s", want, body)
