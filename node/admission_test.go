@@ -324,6 +324,9 @@ func TestDenseRecall(t *testing.T) {
 	if k, ok := n.EmbeddingsKernel(); !ok || k.Fingerprint != "fake/4/l2" {
 		t.Fatalf("kernel %+v", k)
 	}
+	if d := n.Status().Dense; d == nil || d.Fingerprint != "fake/4/l2" || d.Dim != 4 || d.Indexed != 2 || d.Failures == 0 {
+		t.Fatalf("status reports the encoder as %+v", d)
+	}
 	th, err := n.SearchVector(ctx, "", []float64{1, 0, 0, 0}, 5, time.Time{})
 	if err != nil || len(th) != 1 || th[0].Key != res.Key {
 		t.Fatalf("search by vector: %+v %v", th, err)

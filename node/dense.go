@@ -395,6 +395,7 @@ func (d *denseIndex) search(q []float32, limit int, asOf time.Time) []Evidence {
 type DenseStatus struct {
 	Kernel      string `json:"kernel"`
 	Fingerprint string `json:"fingerprint"`
+	Dim         int    `json:"dim"`
 	Indexed     int    `json:"indexed"`
 	Pending     int    `json:"pending"`
 	Failures    int64  `json:"failures"`
@@ -409,7 +410,7 @@ func (n *Node) Dense() (DenseStatus, bool) {
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return DenseStatus{Kernel: d.k.ID, Fingerprint: d.k.Fingerprint, Indexed: len(d.pooled), Pending: len(d.pending), Failures: d.failures}, true
+	return DenseStatus{Kernel: d.k.ID, Fingerprint: d.k.Fingerprint, Dim: d.k.Dim, Indexed: len(d.pooled), Pending: len(d.pending), Failures: d.failures}, true
 }
 
 // EmbeddingsKernel is the configured encoder's kernel, for CGP's

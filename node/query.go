@@ -275,6 +275,11 @@ type Status struct {
 	// mesh, nil): how its bootstrap dials fare, and whom it refused.
 	Bootstrap []BootstrapPeer `json:"bootstrap,omitempty"`
 	Refused   []RefusedPeer   `json:"refused,omitempty"`
+	// SVAF counts the admission verdicts reached since start, by decision
+	// (aligned, guarded, redundant, rejected).
+	SVAF map[string]int64 `json:"svaf"`
+	// Dense is the dense encoder's kernel and progress (nil without one).
+	Dense *DenseStatus `json:"dense,omitempty"`
 }
 
 // Status reports identity, network and counts.
@@ -284,6 +289,10 @@ func (n *Node) Status() Status {
 		NodeID: n.id.NodeID, Name: n.id.Name, Group: n.group, Addrs: []string{},
 		CMBs: n.st.Count(), PublicKey: n.id.PublicKeyB64(), E2EPublicKey: n.id.E2EPublicKeyDER(), Counters: n.Counters.Snapshot(), Storage: n.Storage(),
 		Listeners: n.bus.Subscribers(), Dropped: n.bus.Dropped(), Quarantined: n.st.Quarantined(),
+		SVAF: n.SVAFCounts(),
+	}
+	if d, ok := n.Dense(); ok {
+		s.Dense = &d
 	}
 	if m := n.getMesh(); m != nil {
 		s.PeerID = m.PeerID()

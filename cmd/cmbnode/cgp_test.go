@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +103,67 @@ func TestCGPConformance(t *testing.T) {
 	httpT := &cgptest.HTTPTarget{Label: "cmbnode --cgp-http", URL: "http://" + addr + "/contextgraph", Token: readToken(t, home)}
 	assertConformant(t, cgptest.Run(ctx, httpT, cgptest.Options{SchemaPath: cgpSchema}),
 		cgptest.CheckProvenanceFixture, cgptest.CheckEmbeddingFP, cgptest.CheckEOFClean)
+}
+
+// TestCGPShimDeclaresDaemonKernel: with a dense encoder configured (an
+// OpenAI-compatible endpoint served by the test), `cmbnode cgp` declares
+// the daemon's embeddings_fingerprint, so the harness's embedding checks
+// run against the shim as they do against the HTTP binding, and status
+// reports the encoder.
+func TestCGPShimDeclaresDaemonKernel(t *testing.T) {
+	const dim = 8
+	enc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Input []string }
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		type datum struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		}
+		var out struct {
+			Data []datum `json:"data"`
+		}
+		for i, in := range req.Input {
+			v := make([]float32, dim)
+			v[0], v[1+len(in)%(dim-1)] = 1, float32(len(in))
+			out.Data = append(out.Data, datum{Index: i, Embedding: v})
+		}
+		json.NewEncoder(w).Encode(out)
+	}))
+	defer enc.Close()
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("[embeddings]\nurl = %q\nmodel = \"test\"\ndimensions = %d\n", enc.URL, dim)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, home, "--no-mdns")
+	seedDaemon(t, d.sock, 20)
+	c, err := ipc.Dial(context.Background(), d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.Status(context.Background())
+	if err != nil || st.Dense == nil || st.Dense.Dim != dim || st.Dense.Fingerprint == "" {
+		t.Fatalf("status reports the encoder as %+v (%v)", st.Dense, err)
+	}
+	if out := runCLI(t, "", "status", "--home", home).stdout; !strings.Contains(out, st.Dense.Fingerprint) {
+		t.Fatalf("cmbnode status does not show the encoder:\n%s", out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stdio := &cgptest.StdioTarget{Label: "cmbnode cgp", Path: binary(t), Args: []string{"cgp", "--home", home}}
+	rep := cgptest.Run(ctx, stdio, cgptest.Options{SchemaPath: cgpSchema})
+	if c := rep.Get(cgptest.CheckEmbeddingFP); c.Status != cgptest.Pass {
+		t.Fatalf("embedding-fingerprint over the shim: %s (%s)\n%s", c.Status, c.Evidence, rep.String())
+	}
+	assertConformant(t, rep, cgptest.CheckProvenanceFixture, cgptest.CheckEmbeddingUndecl)
 }
 
 // readToken reads the bearer token the daemon minted into home.

@@ -21,6 +21,7 @@ import (
 	"cmbnode/node/daemon"
 	"cmbnode/node/identity"
 	"cmbnode/node/ipc"
+	"cmbnode/node/svaf"
 )
 
 // callTimeout bounds one CLI request to the daemon, so a wedged daemon
@@ -201,6 +202,11 @@ func cmdStatus(e *env, args []string) error {
 		rej += " (" + strings.Join(parts, ", ") + ")"
 	}
 	fmt.Fprintf(tw, "rejected\t%s\n", rej)
+	fmt.Fprintf(tw, "svaf\t%s\n", svafLine(st.SVAF))
+	if d := st.Dense; d != nil {
+		fmt.Fprintf(tw, "dense\t%s (%d-d, fingerprint %s): %d indexed, %d pending, %d failed rounds\n",
+			d.Kernel, d.Dim, d.Fingerprint, d.Indexed, d.Pending, d.Failures)
+	}
 	for _, c := range st.Conflicts {
 		fmt.Fprintf(tw, "CONFLICT\tnodeId %s is claimed by %d keys (%s); its records are quarantined until `cmbnode trust %s KEY`\n",
 			c.NodeID, len(c.Keys), strings.Join(c.Keys, ", "), c.NodeID)
@@ -231,6 +237,16 @@ func bootstrapLine(bs []node.BootstrapPeer) string {
 		line += " (last error: " + last + ")"
 	}
 	return line
+}
+
+// svafLine lists the admission verdicts in the decisions' order (MMP
+// §9.2): `aligned 12, guarded 1, redundant 3, rejected 0`.
+func svafLine(counts map[string]int64) string {
+	parts := make([]string, 0, len(svaf.Decisions()))
+	for _, d := range svaf.Decisions() {
+		parts = append(parts, fmt.Sprintf("%s %d", d, counts[string(d)]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // refusedLine says whom the handshake refused: `1 peer: group "alpha"`.

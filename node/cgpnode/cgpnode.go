@@ -233,7 +233,16 @@ func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, home, so
 		}
 		id = nil
 	}
-	ack, err := cgp.AckFor(Config(nil, id, version, log))
+	cfg := Config(nil, id, version, log)
+	// The daemon answers the queries, so the shim declares the daemon's
+	// dense kernel: hosts of that kernel may send query embeddings. Asked
+	// once at start; a daemon started later with another encoder refuses
+	// embeddings it cannot read, so a stale ack costs an error, never a
+	// wrong comparison.
+	if d := daemonDense(ctx, socket); d != nil {
+		cfg.EmbeddingsFingerprint, cfg.EmbeddingDim = d.Fingerprint, d.Dim
+	}
+	ack, err := cgp.AckFor(cfg)
 	if err != nil {
 		return fmt.Errorf("build CGP handshake: %w", err)
 	}
@@ -241,4 +250,21 @@ func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, home, so
 	defer remote.Close()
 	h := &cgp.RelayHandler{AckInfo: ack, Remote: remote, Socket: socket}
 	return cgp.Serve(ctx, stdin, stdout, h, cgp.ServeOptions{Logger: log})
+}
+
+// daemonDense is the dense encoder of the daemon at socket, or nil when it
+// has none or does not answer within a few seconds.
+func daemonDense(ctx context.Context, socket string) *node.DenseStatus {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := ipc.Dial(ctx, socket)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	return st.Dense
 }

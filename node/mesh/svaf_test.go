@@ -77,4 +77,9 @@ func TestSVAFDecisionsOverTheMesh(t *testing.T) {
 	if _, err := b.n.Get(ctx, dup); err != nil {
 		t.Fatalf("the redundant record is not kept: %v", err)
 	}
+	// Status (and so `cmbnode status` and /metrics) counts the verdicts.
+	counts := b.n.Status().SVAF
+	if counts["redundant"] != 1 || counts["aligned"]+counts["guarded"] != 2 || counts["rejected"] != 0 {
+		t.Fatalf("status counts verdicts %v, want 1 redundant and 2 admitted", counts)
+	}
 }

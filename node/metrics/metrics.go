@@ -43,6 +43,9 @@ func Register(reg prometheus.Registerer, n *node.Node, m MeshStats) error {
 	if err := reg.Register(newCollector(n, m)); err != nil {
 		return fmt.Errorf("metrics: register the node's families: %w", err)
 	}
+	if err := reg.Register(newRetrievalCollector(n)); err != nil {
+		return fmt.Errorf("metrics: register the admission and encoder families: %w", err)
+	}
 	return nil
 }
 

@@ -84,6 +84,8 @@ func TestServe(t *testing.T) {
 		"cmbnode_gossip_graylisted_peers 0\n",
 		`cmbnode_gossip_dropped_total{reason="a"} 1` + "\n" + `cmbnode_gossip_dropped_total{reason="queue-full"} 4` + "\n",
 		`cmbnode_peerinfo_dials_limited_total{bound="advertiser-strangers"} 9` + "\n",
+		"# TYPE cmbnode_svaf_verdicts_total counter\n" + `cmbnode_svaf_verdicts_total{decision="aligned"} 0` + "\n",
+		`cmbnode_svaf_verdicts_total{decision="rejected"} 0` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q:\n%s", want, body)

@@ -28,6 +28,9 @@ const (
 	Rejected  Decision = "rejected"
 )
 
+// Decisions lists the four verdicts, most admitted first.
+func Decisions() []Decision { return []Decision{Aligned, Guarded, Redundant, Rejected} }
+
 // Valid reports whether d is one of the four verdicts.
 func (d Decision) Valid() bool {
 	switch d {
