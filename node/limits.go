@@ -23,9 +23,10 @@ type Limits struct {
 	// this node's clock (default 1 h).
 	MaxFutureSkew time.Duration
 	// AuthorRate (records/s) and AuthorBurst bound the new records one
-	// author may have admitted here (default 50/s, burst 5,000); records
-	// over it are refused (ReasonAuthorRate) and catch-up brings them
-	// later.
+	// author may have admitted here (default 100/s, burst 20,000, so a
+	// burst of 20,000 records authored at once still reaches every
+	// member); records over it are refused (ReasonAuthorRate) and
+	// catch-up brings them later.
 	AuthorRate  float64
 	AuthorBurst int
 	// RosterIdleTTL expires a roster entry whose nodeId authored no stored
@@ -41,8 +42,8 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		MaxFutureSkew: time.Hour,
-		AuthorRate:    50,
-		AuthorBurst:   5000,
+		AuthorRate:    100,
+		AuthorBurst:   20000,
 		RosterIdleTTL: 7 * 24 * time.Hour,
 		RosterMaxIdle: 1024,
 	}
