@@ -97,6 +97,7 @@ type collector struct {
 	rejected *prometheus.Desc
 	mesh     []scalar[mesh.Stats]
 	gDropped *prometheus.Desc
+	pDropped *prometheus.Desc
 }
 
 func newCollector(n *node.Node, m MeshStats) *collector {
@@ -117,6 +118,7 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			counter("cmbnode_cmbs_caught_up_total", "Records obtained by catch-up.", func(v *nv) int64 { return v.c.CaughtUp }),
 			gauge("cmbnode_store_cmbs", "Records held in the store.", func(v *nv) int64 { return int64(v.cmbs) }),
 			counter("cmbnode_event_subscribers_dropped_total", "Local event listeners dropped for falling behind.", func(v *nv) int64 { return v.dropped }),
+			counter("cmbnode_roster_expired_total", "Roster entries expired: nodeIds that authored no stored record, unseen too long or beyond the cap.", func(v *nv) int64 { return v.c.RosterExpired }),
 		},
 		rejected: prometheus.NewDesc("cmbnode_cmbs_rejected_total", "Rejected records and handshakes, by reason.", []string{"reason"}, nil),
 		mesh: []scalar[ms]{
@@ -141,7 +143,9 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			gauge("cmbnode_relays_in_use", "Relays this node holds a reservation on.", func(s *ms) int64 { return int64(len(s.Reach.Relays)) }),
 			gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", func(s *ms) int64 { return int64(s.GossipMesh) }),
 			gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", func(s *ms) int64 { return int64(s.GossipGraylisted) }),
+			counter("cmbnode_parent_fetches_total", "Missing-parent fetch attempts, one per key and retry round.", func(s *ms) int64 { return s.ParentFetches }),
 		},
+		pDropped: prometheus.NewDesc("cmbnode_pending_parents_dropped_total", "Missing parents given up, by reason (depth, full, author-cap, expired); catch-up brings what peers hold.", []string{"reason"}, nil),
 		gDropped: prometheus.NewDesc("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", []string{"reason"}, nil),
 	}
 }
@@ -159,6 +163,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- s.desc
 	}
 	ch <- c.gDropped
+	ch <- c.pDropped
 }
 
 // Collect implements prometheus.Collector.
@@ -179,6 +184,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for reason, n := range ms.GossipDropped {
 		ch <- prometheus.MustNewConstMetric(c.gDropped, prometheus.CounterValue, float64(n), reason)
+	}
+	for reason, n := range ms.PendingDropped {
+		ch <- prometheus.MustNewConstMetric(c.pDropped, prometheus.CounterValue, float64(n), reason)
 	}
 }
 
