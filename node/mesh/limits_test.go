@@ -27,13 +27,16 @@ func newLimitedMember(t *testing.T, grp, name string, peers []*member, tune func
 }
 
 // joinedRogue is a rogue member admitted to the victim's group "alpha" and
-// on its topic, answering pings.
-func joinedRogue(t *testing.T, victim *member, peers int) *rogue {
+// on its topic, its stream read by serve (nil: rogue.serve, answering pings).
+func joinedRogue(t *testing.T, victim *member, peers int, serve func(*rogue)) *rogue {
 	t.Helper()
 	r := newRogue(t)
 	r.dial(victim)
 	r.join("alpha")
-	r.serve()
+	if serve == nil {
+		serve = (*rogue).serve
+	}
+	serve(r)
 	r.joinTopic("alpha")
 	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == peers })
 	eventually(t, 10*time.Second, "the rogue sees the victim on the topic", func() bool {
@@ -76,7 +79,7 @@ func TestFutureRecordsRefused(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
-	r := joinedRogue(t, victim, 2)
+	r := joinedRogue(t, victim, 2, nil)
 	halt := honestTraffic(t, honest)
 
 	key := r.id.PublicKeyB64()
@@ -113,7 +116,7 @@ func TestAuthorFloodBounded(t *testing.T) {
 	victim := newLimitedMember(t, "alpha", "victim", nil, nil, node.Limits{AuthorRate: rate, AuthorBurst: burst})
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
-	r := joinedRogue(t, victim, 2)
+	r := joinedRogue(t, victim, 2, nil)
 	halt := honestTraffic(t, honest)
 
 	start := time.Now()
@@ -156,15 +159,8 @@ func TestOrphansBoundedAndExpired(t *testing.T) {
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 
-	r := newRogue(t)
-	r.dial(victim)
-	r.join("alpha")
-	asked := r.serveMissing()
-	r.joinTopic("alpha")
-	eventually(t, 10*time.Second, "victim admits the rogue", func() bool { return victim.m.PeerCount() == 2 })
-	eventually(t, 10*time.Second, "the rogue sees the victim on the topic", func() bool {
-		return len(r.ps.ListPeers(topicOf(t, "alpha"))) > 0
-	})
+	var asked *fetchCounts
+	r := joinedRogue(t, victim, 2, func(r *rogue) { asked = r.serveMissing() })
 	halt := honestTraffic(t, honest)
 
 	key := r.id.PublicKeyB64()
