@@ -20,6 +20,9 @@ type Counters struct {
 	Assertions   atomic.Int64 // other authors' records of held content, kept as assertions
 	Fetched      atomic.Int64 // records obtained by cmb-fetch
 	CaughtUp     atomic.Int64 // records obtained by catch-up
+	// RosterExpired counts roster entries expired for authoring nothing
+	// stored (PruneRoster).
+	RosterExpired atomic.Int64
 
 	mu       sync.Mutex
 	rejected map[string]int64
@@ -64,6 +67,8 @@ type Snapshot struct {
 	CaughtUp     int64            `json:"caughtUp"`
 	Rejected     map[string]int64 `json:"rejected"`
 	RejectedAll  int64            `json:"rejectedTotal"`
+
+	RosterExpired int64 `json:"rosterExpired"`
 }
 
 // Snapshot copies the counters.
@@ -73,6 +78,7 @@ func (c *Counters) Snapshot() Snapshot {
 		Duplicates: c.Duplicates.Load(), Relayed: c.Relayed.Load(), KeyConflicts: c.KeyConflicts.Load(),
 		KeysReplaced: c.KeysReplaced.Load(), Quarantined: c.Quarantined.Load(), Assertions: c.Assertions.Load(),
 		Fetched: c.Fetched.Load(), CaughtUp: c.CaughtUp.Load(), Rejected: c.Rejected(),
+		RosterExpired: c.RosterExpired.Load(),
 	}
 	for _, v := range s.Rejected {
 		s.RejectedAll += v

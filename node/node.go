@@ -57,6 +57,8 @@ type Options struct {
 	Dense   DenseOptions
 	// SVAF tunes admission of received broadcast records (admission.go).
 	SVAF SVAFOptions
+	// Limits bound admission and the roster (limits.go).
+	Limits Limits
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -191,6 +193,9 @@ type Node struct {
 	// trustGen counts pins a handshake replaced, so a record checked against
 	// a replaced pin is not stored after the replacement (Accept).
 	trustGen atomic.Uint64
+	limits   Limits
+	quotas   *quotas
+	prune    rosterPrune
 
 	Counters Counters
 }
@@ -218,6 +223,7 @@ func Open(opts Options) (*Node, error) {
 	if so.Now == nil {
 		so.Now = opts.Now
 	}
+	opts.Limits.defaults()
 	st, err := store.Open(StoreDir(opts.Home), so)
 	if err != nil {
 		return nil, err
@@ -225,7 +231,7 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
-		retriever: opts.Retriever, names: newNameIndex(),
+		retriever: opts.Retriever, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
@@ -498,6 +504,9 @@ func (n *Node) pinAuthor(ctx context.Context, p store.Peer) (store.PeerUpdate, e
 	now := n.now()
 	p.FirstSeen, p.LastSeen = now, now
 	up, err := n.st.PutPeer(ctx, p)
+	if err == nil && up.Created {
+		n.rosterAdded(ctx)
+	}
 	if errors.Is(err, store.ErrKeyConflict) {
 		n.Counters.KeyConflicts.Add(1)
 		return up, fmt.Errorf("%w: %w", ErrRejected, pinConflict{err})

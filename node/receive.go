@@ -104,6 +104,9 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	if err := rec.CheckAudience(cmb.Audience{Group: n.group, Self: rec.To}); err != nil {
 		return nil, err
 	}
+	if err := n.checkFuture(rec); err != nil {
+		return nil, err
+	}
 	gen := n.trustGen.Load()
 	a, err := n.authorKeys(ctx, rec.CreatedBy, src)
 	if err != nil {
@@ -154,6 +157,13 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 	// A forgotten key counts as held: it is never accepted again.
 	if c.Duplicate, err = n.Has(ctx, rec.Key); err != nil {
 		return nil, err
+	}
+	// Charged once verified, so a forger cannot spend an author's quota,
+	// and only for what would be stored.
+	if !c.Duplicate {
+		if err := n.checkQuota(rec, src); err != nil {
+			return nil, err
+		}
 	}
 	if a.disputed {
 		// Kept for the operator's decision, but neither surfaced nor

@@ -67,6 +67,8 @@ type PeerUpdate struct {
 	Peer Peer // the roster entry as stored
 	// Changed is false when the sighting added nothing, and nothing was written.
 	Changed bool
+	// Created: the nodeId had no roster entry; this sighting made it.
+	Created bool
 	// Replaced is the unconfirmed Ed25519 key a confirmed one displaced, or nil.
 	Replaced []byte
 	// NewClaimant: this sighting made (or widened) a conflict over the
@@ -131,7 +133,7 @@ func (s *Store) PutPeer(ctx context.Context, p Peer) (PeerUpdate, error) {
 		}
 		up = PeerUpdate{}
 		if !found {
-			up.Peer, up.Changed = p, true
+			up.Peer, up.Changed, up.Created = p, true, true
 			if up.Peer.FirstSeen.IsZero() {
 				up.Peer.FirstSeen = p.LastSeen
 			}
@@ -294,12 +296,22 @@ func (s *Store) Peers(ctx context.Context) ([]Peer, error) {
 // DeletePeer forgets a peer, so its next sighting pins afresh. It is the
 // deliberate, operator-driven way out of a KeyConflictError.
 func (s *Store) DeletePeer(ctx context.Context, nodeID string) error {
-	j := newJob(ctx, 64, func(t *wtx) (func(), error) {
-		t.del(peerKey(nodeID))
+	if err := s.DeletePeers(ctx, []string{nodeID}); err != nil {
+		return fmt.Errorf("deleting peer %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// DeletePeers forgets peers in one durable commit (the roster's expiry).
+func (s *Store) DeletePeers(ctx context.Context, nodeIDs []string) error {
+	j := newJob(ctx, 64*len(nodeIDs), func(t *wtx) (func(), error) {
+		for _, id := range nodeIDs {
+			t.del(peerKey(id))
+		}
 		return nil, nil
 	})
 	if err := s.submitOne(ctx, j); err != nil {
-		return fmt.Errorf("deleting peer %s: %w", nodeID, err)
+		return fmt.Errorf("deleting %d peers: %w", len(nodeIDs), err)
 	}
 	return nil
 }

@@ -87,6 +87,8 @@ type Config struct {
 	// Embeddings and SVAF tune recall and admission (recall.go).
 	Embeddings Embeddings `toml:"embeddings"`
 	SVAF       SVAF       `toml:"svaf"`
+	// Admission bounds what peers can make the node spend (admission.go).
+	Admission Admission `toml:"admission"`
 }
 
 // Duration is a time.Duration written as "720h" in TOML.
@@ -120,6 +122,7 @@ func Default() Config {
 		LogLevel:         "info",
 		Embeddings:       DefaultEmbeddings(),
 		SVAF:             DefaultSVAF(),
+		Admission:        DefaultAdmission(),
 	}
 }
 
@@ -231,6 +234,9 @@ func (c *Config) Validate() error {
 		if err := cgp.CheckBearerToken(c.CGPHTTPToken); err != nil {
 			return fmt.Errorf("cgp_http_token: %w", err)
 		}
+	}
+	if err := c.Admission.validate(); err != nil {
+		return err
 	}
 	return c.validateRecall()
 }
@@ -398,5 +404,6 @@ log_json = %t
 log_level = %s
 `, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), list(c.Relays), c.RelayService, q(c.Reachability), c.NATPortMap, c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
 	b.WriteString(renderRecall(c))
+	b.WriteString(renderAdmission(c))
 	return b.String()
 }

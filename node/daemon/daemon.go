@@ -241,6 +241,9 @@ func Run(ctx context.Context, opts Options) error {
 		so.MaxClockSkew = cfg.MaxClockSkew.Duration
 	}
 	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version}
+	a := cfg.Admission
+	nopts.Limits = node.Limits{MaxFutureSkew: a.MaxFutureSkew.Duration, AuthorRate: a.AuthorRate, AuthorBurst: a.AuthorBurst,
+		RosterIdleTTL: a.RosterIdleTTL.Duration, RosterMaxIdle: a.RosterMaxIdle}
 	if err := recallOptions(cfg, &nopts); err != nil {
 		return err
 	}
@@ -340,6 +343,11 @@ func Run(ctx context.Context, opts Options) error {
 		defer close(retained)
 		retain(bg, n, cfg.Retention.Duration, log)
 	}()
+	pruned := make(chan struct{})
+	go func() {
+		defer close(pruned)
+		pruneRoster(bg, n, cfg.Admission.RosterIdleTTL.Duration, log)
+	}()
 
 	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "private", !cfg.Public, "home", home, "cmbs", n.Status().CMBs)
 	if opts.Ready != nil {
@@ -361,6 +369,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	stopBG()
 	<-retained
+	<-pruned
 	if err := d.stop(); err != nil && serveErr == nil {
 		serveErr = err
 	}
@@ -455,6 +464,24 @@ func loopbackDefault(addr string) string {
 		return net.JoinHostPort("127.0.0.1", port)
 	}
 	return addr
+}
+
+// pruneRoster expires idle roster entries (node.PruneRoster) now and then
+// periodically, so entries unseen for ttl go on a node no handshake
+// reaches; new entries prune on their own once enough have come.
+func pruneRoster(ctx context.Context, n *node.Node, ttl time.Duration, log *slog.Logger) {
+	t := time.NewTicker(min(max(ttl/10, time.Minute), time.Hour))
+	defer t.Stop()
+	for {
+		if _, err := n.PruneRoster(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("pruning the roster failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // retain purges records older than the retention period now and then

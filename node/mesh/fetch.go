@@ -1,10 +1,12 @@
 package mesh
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,47 +276,98 @@ func (m *Mesh) ingestFrame(ctx context.Context, f *cmb.CMBFrame, ss *session, vi
 
 // pending holds parents some stored remix names but this node lacks. They
 // are fetched from the peer that delivered the remix, then from every other
-// group peer; a key nobody serves yet stays and is retried with backoff
-// (300 ms, then 1 s doubling to RetryMax), never dropped. A fetched parent
-// with missing parents of its own adds them one hop deeper, up to
-// maxFetchDepth hops; deeper lineage, and anything pending when the node
-// stops (this set is in memory), arrives by catch-up, which pulls every
-// record the group holds.
+// group peer; a key nobody serves yet is retried with backoff (300 ms, then
+// 1 s doubling to PendingRetryMax) and dropped PendingTTL after it was
+// added. Each author's remixes may hold at most PendingPerAuthor keys
+// here, so one member's orphans cannot fill the set for everyone. A
+// fetched parent with missing parents of its own adds them one hop deeper,
+// up to maxFetchDepth hops. What is dropped, deeper lineage, and anything
+// pending when the node stops (this set is in memory) arrives by catch-up,
+// which pulls every record the group holds.
+//
+// The set is a heap by due time, and run sleeps until the earliest is due:
+// a node holding parents nobody serves does no work between retries.
 type pending struct {
-	m     *Mesh
-	mu    sync.Mutex
-	items map[string]*want
-	wake  chan struct{}
+	m        *Mesh
+	now      func() time.Time
+	mu       sync.Mutex
+	items    map[string]*want
+	queue    wantQueue // the items not being fetched, by due time
+	byAuthor map[string]int
+	wake     chan struct{}
 }
 
 type want struct {
 	key      string
+	author   string // of the record that named the key
 	hint     peer.ID
 	depth    int
 	attempts int
+	added    time.Time
 	due      time.Time
+	index    int // in queue; -1 while a round fetches it
 }
+
+// wantQueue is a container/heap of wants, earliest due first.
+type wantQueue []*want
+
+func (q wantQueue) Len() int           { return len(q) }
+func (q wantQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q wantQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *wantQueue) Push(x any) {
+	w := x.(*want)
+	w.index = len(*q)
+	*q = append(*q, w)
+}
+func (q *wantQueue) Pop() any {
+	old := *q
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	w.index = -1
+	*q = old[:len(old)-1]
+	return w
+}
+
+// Reasons a missing parent is dropped, in Stats.PendingDropped.
+const (
+	pendingDepth     = "depth"      // more than maxFetchDepth hops from a received record
+	pendingFull      = "full"       // the set holds maxPending keys
+	pendingAuthorCap = "author-cap" // the author's remixes hold PendingPerAuthor keys
+	pendingExpired   = "expired"    // not found within PendingTTL
+)
 
 func newPending(m *Mesh) *pending {
-	return &pending{m: m, items: map[string]*want{}, wake: make(chan struct{}, 1)}
+	return &pending{m: m, now: time.Now, items: map[string]*want{}, byAuthor: map[string]int{}, wake: make(chan struct{}, 1)}
 }
 
-func (p *pending) add(keys []string, hint peer.ID, depth int) {
+// add queues the missing parents keys, named by a record of author.
+func (p *pending) add(keys []string, author string, hint peer.ID, depth int) {
 	if depth > maxFetchDepth {
-		p.m.stats.fetchDepthCut.Add(1)
+		p.m.stats.pendingDropped.add(pendingDepth, int64(len(keys)))
 		return
 	}
-	now := time.Now()
+	author = strings.ToLower(author)
+	now := p.now()
 	p.mu.Lock()
-	for _, k := range keys {
+	for i, k := range keys {
 		if _, ok := p.items[k]; ok {
 			continue
 		}
 		if len(p.items) >= maxPending {
-			p.m.stats.pendingOverflow.Add(1)
+			p.m.stats.pendingDropped.add(pendingFull, int64(len(keys)-i))
 			break
 		}
-		p.items[k] = &want{key: k, hint: hint, depth: depth, due: now.Add(firstFetchWait)}
+		if p.byAuthor[author] >= p.m.cfg.PendingPerAuthor {
+			p.m.stats.pendingDropped.add(pendingAuthorCap, 1)
+			continue
+		}
+		w := &want{key: k, author: author, hint: hint, depth: depth, added: now, due: now.Add(firstFetchWait)}
+		p.items[k] = w
+		p.byAuthor[author]++
+		heap.Push(&p.queue, w)
 	}
 	p.mu.Unlock()
 	select {
@@ -330,29 +383,49 @@ func (p *pending) Len() int {
 	return len(p.items)
 }
 
+// next is how long until the earliest key is due; ok is false when none waits.
+func (p *pending) next() (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) == 0 {
+		return 0, false
+	}
+	return p.queue[0].due.Sub(p.now()), true
+}
+
 func (p *pending) run(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		// Never sooner than every 250 ms, so a burst of adds is one round.
+		wait, ok := p.next()
+		if !ok {
+			wait = time.Hour
+		}
+		t.Reset(max(wait, 250*time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			p.round(ctx)
 		case <-p.wake:
 		}
-		p.round(ctx)
 	}
 }
 
-// round fetches every due key.
+// round fetches every due key and drops the expired ones.
 func (p *pending) round(ctx context.Context) {
-	now := time.Now()
+	now := p.now()
 	p.mu.Lock()
 	var due []*want
-	for _, w := range p.items {
-		if !w.due.After(now) {
-			due = append(due, w)
+	for len(p.queue) > 0 && !p.queue[0].due.After(now) {
+		w := heap.Pop(&p.queue).(*want)
+		if now.Sub(w.added) >= p.m.cfg.PendingTTL {
+			p.removeLocked(w)
+			p.m.stats.pendingDropped.add(pendingExpired, 1)
+			continue
 		}
+		due = append(due, w)
 	}
 	p.mu.Unlock()
 	if len(due) == 0 {
@@ -370,6 +443,7 @@ func (p *pending) round(ctx context.Context) {
 		keys = append(keys, w.key)
 	}
 	if len(keys) > 0 {
+		p.m.stats.parentFetches.Add(int64(len(keys)))
 		for _, ss := range p.m.sessions(due[0].hint) {
 			// A peer that does not answer must not hold up the others.
 			fctx, cancel := context.WithTimeout(ctx, pendingFetchTimeout)
@@ -393,8 +467,12 @@ func (p *pending) round(ctx context.Context) {
 	}
 	p.mu.Lock()
 	for _, w := range byKey {
+		if p.items[w.key] != w {
+			continue // arrived meanwhile
+		}
 		w.attempts++
-		w.due = time.Now().Add(min(time.Second<<min(w.attempts-1, 16), p.m.cfg.RetryMax))
+		w.due = p.now().Add(min(time.Second<<min(w.attempts-1, 20), p.m.cfg.PendingRetryMax))
+		heap.Push(&p.queue, w)
 	}
 	p.mu.Unlock()
 	if len(byKey) > 0 {
@@ -404,6 +482,19 @@ func (p *pending) round(ctx context.Context) {
 
 func (p *pending) done(key string) {
 	p.mu.Lock()
-	delete(p.items, key)
+	if w, ok := p.items[key]; ok {
+		if w.index >= 0 {
+			heap.Remove(&p.queue, w.index)
+		}
+		p.removeLocked(w)
+	}
 	p.mu.Unlock()
+}
+
+// removeLocked forgets w, which is out of the queue.
+func (p *pending) removeLocked(w *want) {
+	delete(p.items, w.key)
+	if p.byAuthor[w.author]--; p.byAuthor[w.author] <= 0 {
+		delete(p.byAuthor, w.author)
+	}
 }

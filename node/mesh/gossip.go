@@ -297,7 +297,7 @@ func (m *Mesh) accept(ctx context.Context, c *node.Checked, depth int) bool {
 	}
 	if len(c.MissingParents) > 0 {
 		hint, _ := peer.Decode(c.Source.PeerID)
-		m.pending.add(c.MissingParents, hint, depth+1)
+		m.pending.add(c.MissingParents, c.Record.CreatedBy, hint, depth+1)
 	}
 	return !dup
 }

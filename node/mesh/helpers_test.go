@@ -66,6 +66,8 @@ type member struct {
 	tune func(*mesh.Config)
 	// prep runs on the opened node before its mesh starts.
 	prep func(*node.Node)
+	// limits are the node's admission limits (zero: the defaults).
+	limits node.Limits
 }
 
 func logger(t testing.TB) *slog.Logger {
@@ -110,7 +112,7 @@ func (mb *member) start(peers []*member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t)})
+	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t), Limits: mb.limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func (mb *member) start(peers []*member) {
 	}
 	cfg := mesh.Config{
 		Node: n, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: logger(t), Keys: mb.keys,
-		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second, KeyReload: 200 * time.Millisecond,
+		CatchUpInterval: 3 * time.Second, RetryMax: 2 * time.Second, PendingRetryMax: 2 * time.Second, KeyReload: 200 * time.Millisecond,
 	}
 	for _, p := range peers {
 		if p.m != nil {

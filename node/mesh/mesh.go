@@ -129,9 +129,16 @@ type Config struct {
 	// 64/192; a ConnHigh not above ConnLow is three times ConnLow);
 	// handshaken group peers are protected from trimming.
 	ConnLow, ConnHigh int
-	// RetryMax caps the backoff of a pending parent fetch and of a
-	// bootstrap re-dial (default 60 s).
+	// RetryMax caps the backoff of a bootstrap re-dial (default 60 s).
 	RetryMax time.Duration
+	// PendingRetryMax caps the backoff of a missing parent's fetch
+	// (default 10 min); PendingTTL is how long a missing parent is sought
+	// before it is left to catch-up (default 1 h); PendingPerAuthor is how
+	// many missing parents one author's records may have waiting (default
+	// 1,000).
+	PendingRetryMax  time.Duration
+	PendingTTL       time.Duration
+	PendingPerAuthor int
 
 	// Set only by tests, through export_test.go. peerInfoDialHook is
 	// called as each peer-info dial starts, and the function it returns
@@ -155,6 +162,9 @@ func DefaultConfig() Config {
 		ConnLow:           64,
 		ConnHigh:          192,
 		RetryMax:          60 * time.Second,
+		PendingRetryMax:   10 * time.Minute,
+		PendingTTL:        time.Hour,
+		PendingPerAuthor:  1000,
 		KeyReload:         5 * time.Second,
 	}
 }
@@ -173,6 +183,9 @@ func (c *Config) defaults() {
 	opt.Default(&c.HeartbeatTimeout, def.HeartbeatTimeout)
 	opt.Default(&c.CatchUpInterval, def.CatchUpInterval)
 	opt.Default(&c.RetryMax, def.RetryMax)
+	opt.Default(&c.PendingRetryMax, def.PendingRetryMax)
+	opt.Default(&c.PendingTTL, def.PendingTTL)
+	opt.Default(&c.PendingPerAuthor, def.PendingPerAuthor)
 	opt.Default(&c.KeyReload, def.KeyReload)
 	opt.Default(&c.PublishRate, def.PublishRate)
 	opt.Default(&c.PublishBurst, def.PublishBurst)

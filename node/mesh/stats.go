@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -21,8 +22,8 @@ type stats struct {
 	fetchServed      atomic.Int64
 	digestServed     atomic.Int64
 	catchUpRounds    atomic.Int64
-	fetchDepthCut    atomic.Int64
-	pendingOverflow  atomic.Int64
+	parentFetches    atomic.Int64
+	pendingDropped   reasonCounts
 	peerInfoDials    atomic.Int64
 	peerInfoDropped  atomic.Int64
 	knownRedialed    atomic.Int64
@@ -70,6 +71,32 @@ type Stats struct {
 	// GossipMesh is the number of peers grafted into our GossipSub mesh for
 	// the group topic; a peer with a negative score is pruned from it.
 	GossipMesh int `json:"gossipMesh"`
+	// ParentFetches counts missing-parent fetch attempts, one per key and
+	// round; PendingDropped the missing parents given up, by reason
+	// (depth, full, author-cap, expired): catch-up brings what peers hold.
+	ParentFetches  int64            `json:"parentFetches"`
+	PendingDropped map[string]int64 `json:"pendingDropped"`
+}
+
+// reasonCounts are counters by reason.
+type reasonCounts struct {
+	mu sync.Mutex
+	by map[string]int64
+}
+
+func (r *reasonCounts) add(reason string, n int64) {
+	r.mu.Lock()
+	if r.by == nil {
+		r.by = map[string]int64{}
+	}
+	r.by[reason] += n
+	r.mu.Unlock()
+}
+
+func (r *reasonCounts) snapshot() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.by)
 }
 
 // peerScores is the latest snapshot of GossipSub's peer scores, taken by
@@ -130,6 +157,6 @@ func (m *Mesh) Stats() Stats {
 		PeerInfoDialsLimited: m.peerInfoBudget.snapshot(),
 		GossipDropped:        m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
-		Reach: m.Reach(),
+		Reach: m.Reach(), ParentFetches: m.stats.parentFetches.Load(), PendingDropped: m.stats.pendingDropped.snapshot(),
 	}
 }

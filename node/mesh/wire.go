@@ -18,5 +18,7 @@ func ConfigFrom(n *node.Node, c config.Config, keys *groupkey.Keyring, log *slog
 		// a port the operator chose is refused when taken.
 		ListenFallback: config.IsDefaultListen(c.Listen),
 		Relays:         c.Relays, RelayService: c.RelayService, Reachability: c.Reachability, NATPortMap: c.NATPortMap,
+		PendingPerAuthor: c.Admission.PendingPerAuthor, PendingTTL: c.Admission.PendingTTL.Duration,
+		PendingRetryMax: c.Admission.PendingRetryMax.Duration,
 	}
 }

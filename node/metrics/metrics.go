@@ -101,6 +101,7 @@ type collector struct {
 	mesh     []scalar[mesh.Stats]
 	gDropped *prometheus.Desc
 	piLimit  *prometheus.Desc
+	pDropped *prometheus.Desc
 }
 
 func newCollector(n *node.Node, m MeshStats) *collector {
@@ -121,6 +122,7 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			counter("cmbnode_cmbs_caught_up_total", "Records obtained by catch-up.", func(v *nv) int64 { return v.c.CaughtUp }),
 			gauge("cmbnode_store_cmbs", "Records held in the store.", func(v *nv) int64 { return int64(v.cmbs) }),
 			counter("cmbnode_event_subscribers_dropped_total", "Local event listeners dropped for falling behind.", func(v *nv) int64 { return v.dropped }),
+			counter("cmbnode_roster_expired_total", "Roster entries expired: nodeIds that authored no stored record, unseen too long or beyond the cap.", func(v *nv) int64 { return v.c.RosterExpired }),
 		},
 		rejected: prometheus.NewDesc("cmbnode_cmbs_rejected_total", "Rejected records and handshakes, by reason.", []string{"reason"}, nil),
 		mesh: []scalar[ms]{
@@ -145,7 +147,9 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			gauge("cmbnode_relays_in_use", "Relays this node holds a reservation on.", func(s *ms) int64 { return int64(len(s.Reach.Relays)) }),
 			gauge("cmbnode_gossip_mesh_peers", "Peers grafted into the GossipSub mesh of the group topic.", func(s *ms) int64 { return int64(s.GossipMesh) }),
 			gauge("cmbnode_gossip_graylisted_peers", "Peers scoring below GossipSub's graylist threshold, whose RPCs are ignored.", func(s *ms) int64 { return int64(s.GossipGraylisted) }),
+			counter("cmbnode_parent_fetches_total", "Missing-parent fetch attempts, one per key and retry round.", func(s *ms) int64 { return s.ParentFetches }),
 		},
+		pDropped: prometheus.NewDesc("cmbnode_pending_parents_dropped_total", "Missing parents given up, by reason (depth, full, author-cap, expired); catch-up brings what peers hold.", []string{"reason"}, nil),
 		gDropped: prometheus.NewDesc("cmbnode_gossip_dropped_total", "Messages GossipSub discarded under load, by reason; catch-up recovers them.", []string{"reason"}, nil),
 		piLimit:  prometheus.NewDesc("cmbnode_peerinfo_dials_limited_total", "Peers learned from peer-info not dialled, by the bound that refused them (docs/mesh.md, Limits).", []string{"bound"}, nil),
 	}
@@ -165,6 +169,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.gDropped
 	ch <- c.piLimit
+	ch <- c.pDropped
 }
 
 // Collect implements prometheus.Collector.
@@ -188,6 +193,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for bound, n := range ms.PeerInfoDialsLimited {
 		ch <- prometheus.MustNewConstMetric(c.piLimit, prometheus.CounterValue, float64(n), bound)
+	}
+	for reason, n := range ms.PendingDropped {
+		ch <- prometheus.MustNewConstMetric(c.pDropped, prometheus.CounterValue, float64(n), reason)
 	}
 }
 

@@ -49,7 +49,8 @@ func TestServe(t *testing.T) {
 	}
 	defer m.Close()
 	stats := fixedStats{Peers: 3, PendingParents: 2, Handshakes: 7, CatchUpRounds: 5, GossipMesh: 1,
-		GossipDropped: map[string]int64{"queue-full": 4, "a": 1}, PeerInfoDialsLimited: map[string]int64{"advertiser-strangers": 9}}
+		GossipDropped: map[string]int64{"queue-full": 4, "a": 1}, PeerInfoDialsLimited: map[string]int64{"advertiser-strangers": 9},
+		ParentFetches: 9, PendingDropped: map[string]int64{"author-cap": 6, "expired": 2}}
 	if err := metrics.Register(reg, n, stats); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +87,9 @@ func TestServe(t *testing.T) {
 		`cmbnode_peerinfo_dials_limited_total{bound="advertiser-strangers"} 9` + "\n",
 		"# TYPE cmbnode_svaf_verdicts_total counter\n" + `cmbnode_svaf_verdicts_total{decision="aligned"} 0` + "\n",
 		`cmbnode_svaf_verdicts_total{decision="rejected"} 0` + "\n",
+		"# TYPE cmbnode_parent_fetches_total counter\ncmbnode_parent_fetches_total 9\n",
+		`cmbnode_pending_parents_dropped_total{reason="author-cap"} 6` + "\n" + `cmbnode_pending_parents_dropped_total{reason="expired"} 2` + "\n",
+		"# TYPE cmbnode_roster_expired_total counter\ncmbnode_roster_expired_total 0\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q:\n%s", want, body)
