@@ -143,10 +143,15 @@ func (q *quotas) evict(now time.Time) {
 	}
 }
 
-// checkQuota charges a new record to its author's quota. Records authored
-// here and imported ones (this node's own memory restored) are not charged.
+// checkQuota charges a new record that arrived by gossip to its author's
+// quota: gossip is what a member floods the group through, pushing records
+// nobody asked for. Records this node pulled (a lineage fetch, catch-up)
+// come at its own pace and within the bounds of those paths, so a node
+// that joins a group whose authors hold tens of thousands of records
+// catches up at full speed; records authored here, and imported ones (this
+// node's own memory restored), are never charged.
 func (n *Node) checkQuota(rec *cmb.Record, src Source) error {
-	if src.Via == SourceImport || strings.EqualFold(rec.CreatedBy, n.id.NodeID) {
+	if src.Via != SourceGossip || strings.EqualFold(rec.CreatedBy, n.id.NodeID) {
 		return nil
 	}
 	if n.quotas.allow(strings.ToLower(rec.CreatedBy), n.now()) {

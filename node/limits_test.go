@@ -142,15 +142,20 @@ func TestAuthorQuota(t *testing.T) {
 	n := openLimited(t, "victim", Limits{AuthorRate: 1, AuthorBurst: 3}, c.now)
 	flood, other := openTestNode(t, "flood"), openTestNode(t, "other")
 	var recs []*cmb.Record
-	for i := range 5 {
+	for i := range 6 {
 		res, err := flood.Remember(ctx, RememberInput{Fields: fields(fmt.Sprintf("flood %d", i))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		recs = append(recs, heldRecord(t, flood, res.Key))
 	}
+	gossiped := func(from *Node) Source {
+		s := source(from)
+		s.Via = SourceGossip
+		return s
+	}
 	accept := func(rec *cmb.Record, from *Node) error {
-		ch, err := n.Check(ctx, rec, source(from))
+		ch, err := n.Check(ctx, rec, gossiped(from))
 		if err == nil {
 			_, err = n.Accept(ctx, ch)
 		}
@@ -163,7 +168,7 @@ func TestAuthorQuota(t *testing.T) {
 	}
 	// A duplicate is not charged: the fourth new record is still refused
 	// for the quota, not because the duplicates spent it.
-	if ch, err := n.Check(ctx, recs[0], source(flood)); err != nil || !ch.Duplicate {
+	if ch, err := n.Check(ctx, recs[0], gossiped(flood)); err != nil || !ch.Duplicate {
 		t.Fatalf("duplicate: %v %v", ch, err)
 	}
 	err := accept(recs[3], flood)
@@ -187,8 +192,17 @@ func TestAuthorQuota(t *testing.T) {
 	if err := accept(recs[4], flood); !errors.Is(err, ErrAuthorRate) {
 		t.Errorf("the refill is one record a second: %v", err)
 	}
+	// What this node pulls (catch-up, lineage fetch) is not charged: a
+	// late joiner catches up on a prolific author at full speed.
+	pulled := source(flood)
+	pulled.Via = "catch-up"
+	if ch, err := n.Check(ctx, recs[4], pulled); err != nil {
+		t.Errorf("caught-up record over the quota: %v, want admitted", err)
+	} else if _, err := n.Accept(ctx, ch); err != nil {
+		t.Errorf("caught-up record over the quota: %v", err)
+	}
 	// Import restores this node's own memory: never charged.
-	imp, err := n.Import(ctx, []ExportLine{{CMB: recs[4].Encode(), PublicKey: flood.Identity().PublicKeyB64()}})
+	imp, err := n.Import(ctx, []ExportLine{{CMB: recs[5].Encode(), PublicKey: flood.Identity().PublicKeyB64()}})
 	if err != nil || imp.Imported != 1 {
 		t.Errorf("import over the quota: %+v %v, want imported", imp, err)
 	}

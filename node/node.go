@@ -31,6 +31,10 @@ import (
 // SourceLocal marks records authored on this machine.
 const SourceLocal = "local"
 
+// SourceGossip is Source.Via for a record a peer pushed by gossip (the
+// mesh's other paths name themselves: "fetch", "catch-up").
+const SourceGossip = "gossip"
+
 // Options configure a Node.
 type Options struct {
 	Home     string

@@ -13,7 +13,7 @@ type Admission struct {
 	// this node's clock ("future-timestamp").
 	MaxFutureSkew Duration `toml:"max_future_skew"`
 	// AuthorRate (records/s) and AuthorBurst are each author's quota of
-	// new records admitted here ("author-rate" beyond it).
+	// new records pushed to this node by gossip ("author-rate" beyond it).
 	AuthorRate  float64 `toml:"author_rate"`
 	AuthorBurst int     `toml:"author_burst"`
 	// PendingPerAuthor caps the missing parents one author's records may
@@ -70,9 +70,9 @@ func renderAdmission(c Config) string {
 # Refuse a received record dated more than this ahead of this clock
 # ("future-timestamp"); one dated ahead by less is clamped (max_clock_skew).
 max_future_skew = %s
-# Each author's quota of new records admitted here: author_rate a second,
-# bursts of author_burst. Records over it are refused ("author-rate") and
-# arrive later by catch-up.
+# Each author's quota of new records pushed here by gossip: author_rate a
+# second, bursts of author_burst. Records over it are refused ("author-rate")
+# and arrive later by catch-up, which this node paces and is not charged.
 author_rate = %v
 author_burst = %d
 # Missing parents of received records: at most pending_per_author waiting

@@ -213,7 +213,7 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 		return pubsub.ValidationReject
 	}
 	c, err := m.n.Check(ctx, cf.CMB, node.Source{
-		PeerID: from.String(), NodeID: m.nodeIDOf(from), AuthorKey: cf.PublicKey, AuthorE2E: cf.E2EPublicKey, Via: "gossip",
+		PeerID: from.String(), NodeID: m.nodeIDOf(from), AuthorKey: cf.PublicKey, AuthorE2E: cf.E2EPublicKey, Via: node.SourceGossip,
 	})
 	switch {
 	case errors.Is(err, node.ErrNotForUs):
