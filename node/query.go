@@ -271,6 +271,8 @@ type Status struct {
 	Quarantined []string `json:"quarantined"`
 	// Reach is how the node is reached (nil off the mesh).
 	Reach *Reach `json:"reach,omitempty"`
+	// Sync is the catch-up in progress (nil when none is).
+	Sync *SyncProgress `json:"sync,omitempty"`
 }
 
 // Status reports identity, network and counts.
@@ -288,6 +290,9 @@ func (n *Node) Status() Status {
 		if r, ok := m.(Reacher); ok {
 			v := r.Reach()
 			s.Reach = &v
+		}
+		if sp := n.Sync(); sp.Syncing {
+			s.Sync = &sp
 		}
 	}
 	return s
