@@ -154,6 +154,9 @@ func cmdStatus(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", label, a)
 	}
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
+	if st.Sync != nil && st.Sync.Syncing {
+		fmt.Fprintf(tw, "syncing\t%s\n", syncLine(*st.Sync))
+	}
 	// Labels stay within the widest one above (publicKey), so the
 	// columns scripts read keep their place.
 	if r := st.Reach; r != nil {

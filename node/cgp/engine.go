@@ -182,6 +182,11 @@ func (e *Engine) Query(ctx context.Context, q *ContextQuery) (*ContextQueryResul
 		wantEp = wantEp || k == KindEpisode
 	}
 	res := &ContextQueryResult{Frames: []Frame{}}
+	if sr, ok := e.cfg.Backend.(SyncReporter); ok {
+		if n, syncing := sr.Syncing(); syncing {
+			res.Sync = &n
+		}
+	}
 	if !wantMem && !wantEp {
 		// Q1: none of our kinds requested; unknown kinds are not an error.
 		return res, nil
