@@ -105,6 +105,33 @@ type Connector interface {
 	Connect(ctx context.Context, addr string) (PeerInfo, error)
 }
 
+// Syncer is a mesh that reports catch-up progress, for status and for
+// answers given while the node is still receiving what its peers hold.
+type Syncer interface {
+	Sync() SyncProgress
+}
+
+// SyncProgress is how far a catch-up is: while Syncing, Received records
+// have arrived since it began, of about Expected (an estimate from the
+// peers' digests, never below Received), from Peers peers; ETA is the time
+// left at the rate so far (0 until there is a rate).
+type SyncProgress struct {
+	Syncing  bool          `json:"syncing"`
+	Received int64         `json:"received"`
+	Expected int64         `json:"expected"`
+	Peers    int           `json:"peers"`
+	Elapsed  time.Duration `json:"elapsedNs"`
+	ETA      time.Duration `json:"etaNs,omitempty"`
+}
+
+// Sync is the mesh's catch-up progress (not syncing off the mesh).
+func (n *Node) Sync() SyncProgress {
+	if s, ok := n.getMesh().(Syncer); ok {
+		return s.Sync()
+	}
+	return SyncProgress{}
+}
+
 // Reacher is a mesh that reports how it is reached, for status.
 type Reacher interface {
 	Reach() Reach

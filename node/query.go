@@ -280,6 +280,8 @@ type Status struct {
 	SVAF map[string]int64 `json:"svaf"`
 	// Dense is the dense encoder's kernel and progress (nil without one).
 	Dense *DenseStatus `json:"dense,omitempty"`
+	// Sync is the catch-up in progress (nil when none is).
+	Sync *SyncProgress `json:"sync,omitempty"`
 }
 
 // Status reports identity, network and counts.
@@ -304,6 +306,9 @@ func (n *Node) Status() Status {
 		}
 		if d, ok := m.(DialReporter); ok {
 			s.Bootstrap, s.Refused = d.Bootstrap(), d.Refused()
+		}
+		if sp := n.Sync(); sp.Syncing {
+			s.Sync = &sp
 		}
 	}
 	return s

@@ -113,15 +113,18 @@ func (n *Node) ScanServable(ctx context.Context, requester string, from, to int6
 type Bucket = store.Bucket
 
 // Digest summarises the group's records in [from, to) in buckets widthMs
-// wide, leaving out empty buckets. It covers every record this node holds
-// unquarantined for the group, directed ones included, so two peers compare
-// what they hold rather than what each may serve the other.
-func (n *Node) Digest(ctx context.Context, from, to, widthMs int64) ([]Bucket, error) {
-	bs, err := n.st.Buckets(ctx, n.group, from, to, widthMs)
+// wide, leaving out empty buckets, at most limit of them (0: every one);
+// more is true when later buckets of the window hold records. It covers
+// every record this node holds unquarantined for the group, directed ones
+// included, so two peers compare what they hold rather than what each may
+// serve the other. The limit bounds the work as well as the answer: the
+// scan stops at the first bucket past it.
+func (n *Node) Digest(ctx context.Context, from, to, widthMs int64, limit int) (_ []Bucket, more bool, _ error) {
+	bs, more, err := n.st.BucketsUpTo(ctx, n.group, from, to, widthMs, limit)
 	if err != nil {
-		return nil, fmt.Errorf("digest of %s: %w", n.group, err)
+		return nil, false, fmt.Errorf("digest of %s: %w", n.group, err)
 	}
-	return bs, nil
+	return bs, more, nil
 }
 
 // Has reports whether the store holds key, quarantined or not, or forgot

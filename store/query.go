@@ -141,8 +141,20 @@ type Bucket struct {
 // Buckets summarises a group's records in [from, to) in buckets of widthMs.
 // Empty buckets are omitted. Equal buckets on two peers hold equal key sets.
 func (s *Store) Buckets(ctx context.Context, group string, from, to, widthMs int64) ([]Bucket, error) {
+	out, _, err := s.BucketsUpTo(ctx, group, from, to, widthMs, 0)
+	return out, err
+}
+
+// errEnough stops a scan that has what it came for.
+var errEnough = errors.New("enough")
+
+// BucketsUpTo is Buckets that returns at most limit buckets (0: no limit)
+// and stops reading there, so a caller bounds the work as well as the
+// answer; more is true when buckets past the last one returned hold
+// records. The last bucket returned is complete.
+func (s *Store) BucketsUpTo(ctx context.Context, group string, from, to, widthMs int64, limit int) (_ []Bucket, more bool, _ error) {
 	if widthMs <= 0 {
-		return nil, fmt.Errorf("buckets: width must be positive, got %d", widthMs)
+		return nil, false, fmt.Errorf("buckets: width must be positive, got %d", widthMs)
 	}
 	var out []Bucket
 	var cur *Bucket
@@ -159,6 +171,10 @@ func (s *Store) Buckets(ctx context.Context, group string, from, to, widthMs int
 		start := kt.CreatedAt - mod(kt.CreatedAt, widthMs)
 		if cur == nil || cur.Start != start {
 			flush()
+			if limit > 0 && len(out) >= limit {
+				cur, more = nil, true
+				return errEnough
+			}
 			cur = &Bucket{Start: start}
 		}
 		cur.Count++
@@ -168,11 +184,11 @@ func (s *Store) Buckets(ctx context.Context, group string, from, to, widthMs int
 		h.Write(lp)
 		return nil
 	})
-	if err != nil {
-		return nil, err
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, false, err
 	}
 	flush()
-	return out, nil
+	return out, more, nil
 }
 
 func mod(a, b int64) int64 {

@@ -162,6 +162,9 @@ func cmdStatus(e *env, args []string) error {
 	if len(st.Refused) > 0 {
 		fmt.Fprintf(tw, "refused\t%s\n", refusedLine(st.Refused))
 	}
+	if st.Sync != nil && st.Sync.Syncing {
+		fmt.Fprintf(tw, "syncing\t%s\n", syncLine(*st.Sync))
+	}
 	// Labels stay within the widest one above (publicKey), so the
 	// columns scripts read keep their place.
 	if r := st.Reach; r != nil {

@@ -84,6 +84,13 @@ func (v *lineageView) Children(ctx context.Context, key string) ([]string, error
 	return v.b.Children(ctx, key)
 }
 
+// SyncReporter is a Backend that knows when it is still receiving records
+// (a node catching up with its peers); answers given meanwhile carry a
+// SyncNotice.
+type SyncReporter interface {
+	Syncing() (SyncNotice, bool)
+}
+
 // SearchOptions bounds a Search.
 type SearchOptions struct {
 	Limit int

@@ -277,6 +277,11 @@ func (e *Engine) QueryWithin(ctx context.Context, q *ContextQuery, maxBytes int)
 		wantEp = wantEp || k == KindEpisode
 	}
 	res := &ContextQueryResult{Frames: []Frame{}}
+	if sr, ok := e.cfg.Backend.(SyncReporter); ok {
+		if n, syncing := sr.Syncing(); syncing {
+			res.Sync = &n
+		}
+	}
 	if !wantMem && !wantEp {
 		// Q1: none of our kinds requested; unknown kinds are not an error.
 		return res, nil

@@ -288,6 +288,19 @@ type ContextQueryResult struct {
 	DroppedEstimate   *uint32            `json:"dropped_estimate,omitempty"`
 	FrameAttestations []FrameAttestation `json:"frame_attestations,omitempty"`
 	ResultAttestation *Attestation       `json:"result_attestation,omitempty"`
+	// Sync is present only while the provider is still receiving records
+	// from its peers, so the answer may lack some. A vendor member (U3's
+	// namespacing); hosts ignore members they do not know (U1).
+	Sync *SyncNotice `json:"cmbnode:sync,omitempty"`
+}
+
+// SyncNotice says an answer was given while the provider was catching up:
+// Received records of about Expected had arrived, from Peers peers.
+type SyncNotice struct {
+	Note     string `json:"note"`
+	Received int64  `json:"received"`
+	Expected int64  `json:"expected"`
+	Peers    int    `json:"peers"`
 }
 
 // VerifyRequest carries identities only, never bodies.

@@ -23,7 +23,20 @@ type Backend struct {
 var (
 	_ cgp.Backend        = (*Backend)(nil)
 	_ cgp.VectorSearcher = (*Backend)(nil)
+	_ cgp.SyncReporter   = (*Backend)(nil)
 )
+
+// Syncing reports the node's catch-up in progress (cgp.SyncReporter).
+func (b *Backend) Syncing() (cgp.SyncNotice, bool) {
+	p := b.n.Sync()
+	if !p.Syncing {
+		return cgp.SyncNotice{}, false
+	}
+	return cgp.SyncNotice{
+		Note:     fmt.Sprintf("still catching up with peers: %d of about %d records received; this answer may lack some", p.Received, p.Expected),
+		Received: p.Received, Expected: p.Expected, Peers: p.Peers,
+	}, true
+}
 
 // NewBackend returns n's records as a cgp.Backend.
 func NewBackend(n *node.Node) *Backend { return &Backend{n: n} }

@@ -13,6 +13,9 @@ const (
 	CMBAccepted = "cmb-accepted"
 	PeerJoined  = "peer-joined"
 	PeerLeft    = "peer-left"
+	// SyncProgress is pushed about once a second while a catch-up runs,
+	// and once more when it ends (syncing false).
+	SyncProgress = "sync-progress"
 )
 
 // Event is one pushed event.

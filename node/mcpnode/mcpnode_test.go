@@ -170,3 +170,15 @@ func TestWriteMemoryHead(t *testing.T) {
 		}
 	}
 }
+
+// A result given while the daemon syncs leads with a note saying so; none
+// otherwise.
+func TestSyncNote(t *testing.T) {
+	if got := syncNote(nil); got != "" {
+		t.Errorf("a note when not syncing: %q", got)
+	}
+	got := syncNote(&Syncing{Received: 8798, Expected: 25000, Peers: 1})
+	if want := "Note: still catching up with 1 peer (8798 of about 25000 memories received); results may be incomplete.\n"; got != want {
+		t.Errorf("syncNote = %q, want %q", got, want)
+	}
+}

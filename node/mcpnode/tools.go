@@ -196,6 +196,33 @@ type recallIn struct {
 type RecallOut struct {
 	Query   string   `json:"query"`
 	Results []Memory `json:"results" jsonschema:"best first"`
+	Syncing *Syncing `json:"syncing,omitempty" jsonschema:"present while the node is still receiving its peers' memories: results may be incomplete"`
+}
+
+// Syncing is a catch-up in progress, as a result reports it.
+type Syncing struct {
+	Received int64 `json:"received" jsonschema:"memories received since the catch-up began"`
+	Expected int64 `json:"expected" jsonschema:"about how many it will receive in all"`
+	Peers    int   `json:"peers" jsonschema:"peers it is catching up from"`
+}
+
+// syncing is the daemon's catch-up in progress, nil when none runs (or
+// the status cannot be read: the answer itself is what was asked for).
+func (s *server) syncing(ctx context.Context) *Syncing {
+	st, err := s.statusOf(ctx)
+	if err != nil || st.Sync == nil || !st.Sync.Syncing {
+		return nil
+	}
+	return &Syncing{Received: st.Sync.Received, Expected: st.Sync.Expected, Peers: st.Sync.Peers}
+}
+
+// syncNote is the line a result's text leads with while syncing.
+func syncNote(sy *Syncing) string {
+	if sy == nil {
+		return ""
+	}
+	return fmt.Sprintf("Note: still catching up with %s (%d of about %d memories received); results may be incomplete.\n",
+		plural(sy.Peers, "peer"), sy.Received, sy.Expected)
 }
 
 func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn) (*mcp.CallToolResult, RecallOut, error) {
@@ -259,10 +286,12 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 		out.Results[i] = memoryOf(node.Memory{Key: h.Key, CreatedBy: h.CreatedBy, CreatedAt: h.CreatedAt, Group: h.Group, Fields: h.Fields}, names)
 		out.Results[i].Score = &score
 	}
+	out.Syncing = s.syncing(ctx)
+	note := syncNote(out.Syncing)
 	if len(hits) == 0 {
-		return textResult(fmt.Sprintf("No memory matches %q.\n", in.Query)), out, nil
+		return textResult(note + fmt.Sprintf("No memory matches %q.\n", in.Query)), out, nil
 	}
-	return textResult(renderList(fmt.Sprintf("%s for %q, best first:", plural(len(hits), "memory"), in.Query), out.Results)), out, nil
+	return textResult(note + renderList(fmt.Sprintf("%s for %q, best first:", plural(len(hits), "memory"), in.Query), out.Results)), out, nil
 }
 
 // filterWidth is how many hits per wanted result a filtered recall ranks.
@@ -490,6 +519,7 @@ type StatusOut struct {
 	Memories    int      `json:"memories" jsonschema:"memories held"`
 	Quarantined int      `json:"quarantined" jsonschema:"memories held but not surfaced: admitted under an author key a handshake replaced"`
 	Socket      string   `json:"socket" jsonschema:"the daemon socket this server talks to"`
+	Syncing     *Syncing `json:"syncing,omitempty" jsonschema:"present while the node is still receiving its peers' memories"`
 }
 
 func (s *server) status(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, StatusOut, error) {
@@ -507,6 +537,10 @@ func (s *server) status(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (
 		Peers: st.Peers, Memories: st.CMBs, Quarantined: len(st.Quarantined), Socket: s.d.path}
 	text := fmt.Sprintf("Node %s (nodeId %s) in group %q: %s connected, %s held.\n",
 		st.Name, st.NodeID, st.Group, plural(st.Peers, "peer"), plural(st.CMBs, "memory"))
+	if sp := st.Sync; sp != nil && sp.Syncing {
+		out.Syncing = &Syncing{Received: sp.Received, Expected: sp.Expected, Peers: sp.Peers}
+		text += syncNote(out.Syncing)
+	}
 	return textResult(text), out, nil
 }
 

@@ -237,3 +237,35 @@ func BenchmarkReceiverIngest(b *testing.B) {
 	b.ReportMetric(float64(total)/el/float64(runtime.GOMAXPROCS(0)), "cmb/s/core")
 	b.ReportMetric(0, "ns/op")
 }
+
+// A late joiner catching up 5,000 records from two and from three peers
+// that hold them all: the time from its start to holding every record,
+// and the records it received per new record (1.00 when no record is
+// fetched twice).
+func benchLateJoiner(b *testing.B, peers int) {
+	const n = 5000
+	ms := cluster(b, peers, nil)
+	seed(b, n, ms...)
+	b.ResetTimer()
+	var took time.Duration
+	var received, fresh int64
+	for range b.N {
+		start := time.Now()
+		late := newMember(b, "bench", "late", ms, func(c *mesh.Config) { c.CatchUpInterval = time.Hour })
+		eventually(b, 120*time.Second, "the late joiner holds every record", func() bool { return late.n.Store().Count() >= n })
+		took += time.Since(start)
+		s := late.n.Counters.Snapshot()
+		received += s.Received
+		fresh += s.Accepted
+		b.StopTimer()
+		late.stop()
+		b.StartTimer()
+	}
+	b.ReportMetric(took.Seconds()/float64(b.N), "catchup_s")
+	b.ReportMetric(float64(received)/float64(fresh), "received/new")
+	b.ReportMetric(float64(fresh)/took.Seconds(), "new_cmb/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkLateJoiner2Peers(b *testing.B) { benchLateJoiner(b, 2) }
+func BenchmarkLateJoiner3Peers(b *testing.B) { benchLateJoiner(b, 3) }

@@ -18,11 +18,14 @@ import (
 )
 
 const (
-	fetchBatch     = 128       // keys per x-cmbnode-fetch-many request
-	recordsBudget  = 768 << 10 // bytes of records per answer, under the 1 MiB frame cap
-	maxFetchKeys   = 512       // keys one fetch-many may ask for
-	maxPending     = 100_000   // parents waiting to be fetched
-	maxFetchDepth  = 1024      // hops a parent fetch recurses before leaving the rest to catch-up
+	fetchBatch = 128 // keys per x-cmbnode-fetch-many request
+	// recordsBudget and maxFetchKeys cap one answer (budget.go): keys past
+	// maxFetchKeys, and records past the budget (but always one), are
+	// neither sent nor reported missing, and the requester asks again.
+	recordsBudget  = 256 << 10
+	maxFetchKeys   = fetchBatch
+	maxPending     = 100_000 // parents waiting to be fetched
+	maxFetchDepth  = 1024    // hops a parent fetch recurses before leaving the rest to catch-up
 	firstFetchWait = 300 * time.Millisecond
 	// pendingFetchTimeout bounds one parent fetch from one peer.
 	pendingFetchTimeout = 5 * time.Second
@@ -110,17 +113,27 @@ func (ss *session) serveFetch(ctx context.Context, f *cmb.Fetch) {
 			res.Found, res.CMB, res.PublicKey, res.E2EPublicKey = true, rec, fr.PublicKey, fr.E2EPublicKey
 		}
 	}
-	_ = ss.send(res)
+	if p, err := cmb.MarshalFrame(res); err == nil {
+		ss.answer(ctx, p)
+	}
 }
 
+// serveFetchMany answers each distinct key asked for once, within the
+// per-answer caps.
 func (ss *session) serveFetchMany(ctx context.Context, req *fetchMany) {
 	ss.m.stats.fetchServed.Add(1)
 	res := recordsResp{ReqID: req.ReqID}
 	size := 0
-	for i, k := range req.Keys {
-		if i >= maxFetchKeys {
+	seen := make(map[string]bool, min(len(req.Keys), maxFetchKeys))
+	for _, k := range req.Keys {
+		if seen[k] {
+			continue
+		}
+		if len(seen) >= maxFetchKeys {
+			ss.m.stats.serveTruncated.Add(1)
 			break
 		}
+		seen[k] = true
 		fr, ok := ss.served(ctx, k)
 		if !ok {
 			res.Missing = append(res.Missing, k)
@@ -129,6 +142,7 @@ func (ss *session) serveFetchMany(ctx context.Context, req *fetchMany) {
 		// A box is sent base64-encoded: 4 bytes for every 3.
 		n := len(fr.CMB) + len(fr.PublicKey) + len(fr.E2EPublicKey) + len(fr.Key) + (len(fr.Box)+2)/3*4 + 64
 		if size+n > recordsBudget && len(res.Records) > 0 {
+			ss.m.stats.serveTruncated.Add(1)
 			break // the rest is neither sent nor missing: the requester asks again
 		}
 		size += n
@@ -136,7 +150,7 @@ func (ss *session) serveFetchMany(ctx context.Context, req *fetchMany) {
 	}
 	p, err := marshalVendor(typeRecords, res)
 	if err == nil {
-		_ = ss.sendRaw(p)
+		ss.answer(ctx, p)
 	}
 }
 
@@ -438,6 +452,9 @@ func (p *pending) round(ctx context.Context) {
 		if has, err := p.m.n.Has(ctx, w.key); err == nil && has {
 			p.done(w.key)
 			continue
+		}
+		if p.m.claims.isHeld(w.key) {
+			continue // a catch-up is fetching it; look again next round
 		}
 		byKey[w.key] = w
 		keys = append(keys, w.key)

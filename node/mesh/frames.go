@@ -13,7 +13,7 @@ import (
 // listings, and batched fetches. Every request has a reqId its answer echoes.
 const (
 	typeDigestReq = "x-cmbnode-digest-req" // {reqId, from, to, width}
-	typeDigest    = "x-cmbnode-digest"     // {reqId, buckets:[{start,count,digest}]}
+	typeDigest    = "x-cmbnode-digest"     // {reqId, buckets:[{start,count,digest}], more}
 	typeKeysReq   = "x-cmbnode-keys-req"   // {reqId, from, to, afterAt, afterKey, limit}
 	typeKeys      = "x-cmbnode-keys"       // {reqId, keys:[{key,at}], more}
 	typeFetchMany = "x-cmbnode-fetch-many" // {reqId, keys:[…]}
@@ -33,9 +33,14 @@ type bucketJSON struct {
 	Digest string `json:"digest"` // hex SHA-256
 }
 
+// digestResp lists the non-empty buckets of the window from its start, at
+// most digestPage of them; More says later buckets hold records, which the
+// requester asks for from the end of the last bucket listed. (A node that
+// predates More ignores it, as it ignored buckets past its own cap.)
 type digestResp struct {
 	ReqID   string       `json:"reqId"`
 	Buckets []bucketJSON `json:"buckets"`
+	More    bool         `json:"more,omitempty"`
 }
 
 type keysReq struct {

@@ -40,6 +40,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"cmbnode/group"
 	"cmbnode/internal/opt"
@@ -139,6 +140,9 @@ type Config struct {
 	PendingRetryMax  time.Duration
 	PendingTTL       time.Duration
 	PendingPerAuthor int
+	// ServeRate is the bytes a second of fetch and catch-up answers one
+	// peer receives (default DefaultServeRate; budget.go).
+	ServeRate float64
 
 	// Set only by tests, through export_test.go. peerInfoDialHook is
 	// called as each peer-info dial starts, and the function it returns
@@ -166,6 +170,7 @@ func DefaultConfig() Config {
 		PendingTTL:        time.Hour,
 		PendingPerAuthor:  1000,
 		KeyReload:         5 * time.Second,
+		ServeRate:         DefaultServeRate,
 	}
 }
 
@@ -189,6 +194,7 @@ func (c *Config) defaults() {
 	opt.Default(&c.KeyReload, def.KeyReload)
 	opt.Default(&c.PublishRate, def.PublishRate)
 	opt.Default(&c.PublishBurst, def.PublishBurst)
+	opt.Default(&c.ServeRate, def.ServeRate)
 	opt.Default(&c.ConnLow, def.ConnLow)
 	if c.ConnHigh <= c.ConnLow {
 		c.ConnHigh = c.ConnLow * 3
@@ -253,6 +259,8 @@ type Mesh struct {
 	scores  peerScores
 	acceptQ chan *node.Checked
 	pending *pending
+	claims  *claims      // missing keys a catch-up is fetching (progress.go)
+	sync    *syncTracker // catch-up progress (progress.go)
 	limit   *limiter
 	stats   stats
 
@@ -265,7 +273,8 @@ type Mesh struct {
 type peerState struct {
 	info     node.PeerInfo
 	sessions []*session
-	catching atomic.Bool // a catch-up with this peer is running
+	catching atomic.Bool   // a catch-up with this peer is running
+	budget   *rate.Limiter // paces what we serve it (budget.go); guarded by Mesh.mu
 }
 
 // Start builds the host, joins the group topic, starts discovery and
@@ -317,6 +326,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	// The mesh outlives the caller's start-up context; Close ends it.
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	m.pending = newPending(m)
+	m.claims, m.sync = newClaims(), newSyncTracker(m)
 
 	for _, a := range cfg.Relays {
 		ai, err := peer.AddrInfoFromString(a)

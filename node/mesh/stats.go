@@ -27,6 +27,9 @@ type stats struct {
 	peerInfoDials    atomic.Int64
 	peerInfoDropped  atomic.Int64
 	knownRedialed    atomic.Int64
+	serveThrottled   atomic.Int64
+	serveTruncated   atomic.Int64
+	servedBytes      atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters, for status and for the
@@ -60,6 +63,13 @@ type Stats struct {
 	// PeerstoreRedials counts remembered members reconnected at start
 	// from the peerstore file.
 	PeerstoreRedials int64 `json:"peerstoreRedials"`
+	// ServeThrottled counts fetch and catch-up answers held back because
+	// their peer had used its ServeRate; ServeTruncated the answers cut at
+	// a per-request cap (the requester asks again for the rest);
+	// ServedBytes the bytes of those answers sent.
+	ServeThrottled int64 `json:"serveThrottled"`
+	ServeTruncated int64 `json:"serveTruncated"`
+	ServedBytes    int64 `json:"servedBytes"`
 	// Reach is reachability, relays in use and hole-punch counts.
 	Reach node.Reach `json:"reach"`
 	// GossipDropped counts what GossipSub discarded, by reason.
@@ -158,5 +168,7 @@ func (m *Mesh) Stats() Stats {
 		GossipDropped:        m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
 		Reach: m.Reach(), ParentFetches: m.stats.parentFetches.Load(), PendingDropped: m.stats.pendingDropped.snapshot(),
+		ServeThrottled: m.stats.serveThrottled.Load(), ServeTruncated: m.stats.serveTruncated.Load(),
+		ServedBytes: m.stats.servedBytes.Load(),
 	}
 }
