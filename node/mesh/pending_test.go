@@ -48,7 +48,7 @@ func testPending(t testing.TB, cfg Config) (*pending, *testClock) {
 	}
 	t.Cleanup(func() { n.Close() })
 	cfg.defaults()
-	m := &Mesh{cfg: cfg, n: n, log: slog.New(slog.DiscardHandler)}
+	m := &Mesh{cfg: cfg, n: n, log: slog.New(slog.DiscardHandler), claims: newClaims()}
 	c := &testClock{t: time.Now()}
 	p := newPending(m)
 	p.now = c.now
