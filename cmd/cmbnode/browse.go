@@ -17,11 +17,7 @@ func cmdList(e *env, args []string) error {
 	since := fs.Duration("since", 0, "only memories at most this old, e.g. 1h, 30m (0: any age)")
 	author := fs.String("author", "", "only memories by this author: a nodeId, or a node's name")
 	limit := fs.Int("limit", 20, "at most this many (1–1000)")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {

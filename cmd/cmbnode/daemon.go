@@ -36,10 +36,8 @@ func cmdDaemon(e *env, args []string) error {
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
-	if rest, err := e.parse(fs, args); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usagef("unexpected argument %q", rest[0])
 	}
 	// Only flags given on the command line override the file.
 	var o daemon.Overrides

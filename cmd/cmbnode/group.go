@@ -27,23 +27,12 @@ import (
 // an invite; nothing here logs it.
 
 func cmdGroup(e *env, args []string) error {
-	tools := map[string]func(*env, []string) error{"create": groupCreate, "rotate": groupRotate, "show": groupShow}
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
-		fmt.Fprintln(e.stdout, `Usage: cmbnode group <create|rotate|show> [flags]
+	return subcommand(e, args, e.stdout, "subcommand", "create, rotate or show", `Usage: cmbnode group <create|rotate|show> [flags]
 
   create NAME  make private group NAME with a new random secret in this home
   rotate       add a new secret epoch to this home's group and print its invite
-  show         the group's name, whether it is private, and its epochs (never the secret)`)
-		if len(args) == 0 {
-			return usagef("name a subcommand: create, rotate or show")
-		}
-		return nil
-	}
-	tool, ok := tools[args[0]]
-	if !ok {
-		return usagef("unknown subcommand %q: use create, rotate or show", args[0])
-	}
-	return tool(e, args[1:])
+  show         the group's name, whether it is private, and its epochs (never the secret)`,
+		map[string]func(*env, []string) error{"create": groupCreate, "rotate": groupRotate, "show": groupShow})
 }
 
 // loadConfig reads home's config, the defaults when there is none.
@@ -102,9 +91,7 @@ func groupRotate(e *env, args []string) error {
 	fs := newFlags(e, "group rotate", "group rotate [--home DIR] [--expires DURATION] [--addr MADDR]…")
 	home := homeFlag(fs)
 	expires, addrs := inviteFlags(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	h, c, err := privateHome(*home)
@@ -129,9 +116,7 @@ func groupRotate(e *env, args []string) error {
 func groupShow(e *env, args []string) error {
 	fs := newFlags(e, "group show", "group show [--home DIR]")
 	home := homeFlag(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	h, err := resolveHome(*home)
@@ -188,9 +173,7 @@ func cmdInvite(e *env, args []string) error {
 	fs := newFlags(e, "invite", "invite [--home DIR] [--expires DURATION] [--addr MADDR]…")
 	home := homeFlag(fs)
 	expires, addrs := inviteFlags(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	h, c, err := privateHome(*home)
