@@ -376,14 +376,8 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendString(b, r.CreatedBy)
 	b = append(b, `,"createdAt":`...)
 	b = strconv.AppendInt(b, r.CreatedAt, 10)
-	if r.present&hasGroup != 0 || r.Group != "" {
-		b = append(b, `,"group":`...)
-		b = appendString(b, r.Group)
-	}
-	if r.present&hasTo != 0 || r.To != "" {
-		b = append(b, `,"to":`...)
-		b = appendString(b, r.To)
-	}
+	b = appendOptional(b, `,"group":`, r.Group, r.present&hasGroup != 0)
+	b = appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
 	b = append(b, `,"fields":`...)
 	if r.Sealed != "" {
 		b = appendString(b, r.Sealed)
@@ -396,14 +390,8 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	} else if r.present&hasLineage != 0 {
 		b = append(b, `,"lineage":null`...)
 	}
-	if r.present&hasSig != 0 || r.Sig != "" {
-		b = append(b, `,"sig":`...)
-		b = appendString(b, r.Sig)
-	}
-	if r.present&hasSigAlg != 0 || r.SigAlg != "" {
-		b = append(b, `,"sigAlg":`...)
-		b = appendString(b, r.SigAlg)
-	}
+	b = appendOptional(b, `,"sig":`, r.Sig, r.present&hasSig != 0)
+	b = appendOptional(b, `,"sigAlg":`, r.SigAlg, r.present&hasSigAlg != 0)
 	if r.E2E != nil {
 		b = append(b, `,"_e2e":{`...)
 		first := true
@@ -475,12 +463,20 @@ func (l *Lineage) appendJSON(b []byte) []byte {
 		b = append(b, `,"ancestors":`...)
 		b = appendStrings(b, l.Ancestors)
 	}
-	if l.present&hasMethod != 0 || l.Method != "" {
-		b = append(b, `,"method":`...)
-		b = appendString(b, l.Method)
-	}
+	b = appendOptional(b, `,"method":`, l.Method, l.present&hasMethod != 0)
 	b = appendMembers(b, l.Extra, false)
 	return append(b, '}')
+}
+
+// appendOptional appends an optional string member (member is `,"name":`)
+// when the record carried it or it is set, so a decoded record re-encodes
+// with the members it had, "" ones included.
+func appendOptional(b []byte, member, v string, present bool) []byte {
+	if !present && v == "" {
+		return b
+	}
+	b = append(b, member...)
+	return appendString(b, v)
 }
 
 func appendStrings(b []byte, s []string) []byte {
