@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -198,25 +199,13 @@ func (c *Config) Validate() error {
 	if err := group.Validate(c.Group); err != nil {
 		return fmt.Errorf("group: %w", err)
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log_level %q: use debug, info, warn or error", c.LogLevel)
+	if err := CheckLogLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("log_level %w", err)
 	}
-	for _, a := range c.Listen {
-		if err := CheckListen(a); err != nil {
-			return fmt.Errorf("listen: %w", err)
-		}
-	}
-	for _, a := range c.Bootstrap {
-		if err := CheckBootstrap(a); err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-	}
-	for _, a := range c.Relays {
-		if err := CheckBootstrap(a); err != nil {
-			return fmt.Errorf("relays: %w", err)
-		}
+	if err := cmp.Or(CheckEach("listen", c.Listen, CheckListen),
+		CheckEach("bootstrap", c.Bootstrap, CheckBootstrap),
+		CheckEach("relays", c.Relays, CheckBootstrap)); err != nil {
+		return err
 	}
 	if err := CheckReachability(c.Reachability); err != nil {
 		return fmt.Errorf("reachability: %w", err)
@@ -233,6 +222,26 @@ func (c *Config) Validate() error {
 		}
 	}
 	return c.validateRecall()
+}
+
+// CheckLogLevel checks a log level: debug, info, warn or error.
+func CheckLogLevel(l string) error {
+	switch l {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("%q: use debug, info, warn or error", l)
+}
+
+// CheckEach runs check on each of addrs, naming setting (the key or flag
+// that gave them) in the error.
+func CheckEach(setting string, addrs []string, check func(string) error) error {
+	for _, a := range addrs {
+		if err := check(a); err != nil {
+			return fmt.Errorf("%s: %w", setting, err)
+		}
+	}
+	return nil
 }
 
 // CheckListen checks one listen address: a multiaddr.

@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,25 +114,23 @@ func (o Overrides) Apply(c *config.Config) {
 // Validate checks each given flag's value on its own, naming the flag, so a
 // mistake on the command line is refused before the home is touched.
 func (o Overrides) Validate() error {
+	if o.Retention != nil && *o.Retention < 0 {
+		return errors.New("--retention must not be negative")
+	}
+	if o.LogLevel != nil {
+		if err := config.CheckLogLevel(*o.LogLevel); err != nil {
+			return fmt.Errorf("--log-level %w", err)
+		}
+	}
 	if o.Group != nil {
 		if err := group.Validate(*o.Group); err != nil {
 			return fmt.Errorf("--group: %w", err)
 		}
 	}
-	for _, a := range o.Listen {
-		if err := config.CheckListen(a); err != nil {
-			return fmt.Errorf("--listen: %w", err)
-		}
-	}
-	for _, a := range o.Bootstrap {
-		if err := config.CheckBootstrap(a); err != nil {
-			return fmt.Errorf("--bootstrap: %w", err)
-		}
-	}
-	for _, a := range o.Relays {
-		if err := config.CheckBootstrap(a); err != nil {
-			return fmt.Errorf("--relay: %w", err)
-		}
+	if err := cmp.Or(config.CheckEach("--listen", o.Listen, config.CheckListen),
+		config.CheckEach("--bootstrap", o.Bootstrap, config.CheckBootstrap),
+		config.CheckEach("--relay", o.Relays, config.CheckBootstrap)); err != nil {
+		return err
 	}
 	if o.Reachability != nil {
 		if err := config.CheckReachability(*o.Reachability); err != nil {
@@ -143,16 +142,6 @@ func (o Overrides) Validate() error {
 			if err := config.CheckHostPort(*v); err != nil {
 				return fmt.Errorf("%s: %w", flag, err)
 			}
-		}
-	}
-	if o.Retention != nil && *o.Retention < 0 {
-		return errors.New("--retention must not be negative")
-	}
-	if o.LogLevel != nil {
-		switch *o.LogLevel {
-		case "debug", "info", "warn", "error":
-		default:
-			return fmt.Errorf("--log-level %q: use debug, info, warn or error", *o.LogLevel)
 		}
 	}
 	return nil
