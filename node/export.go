@@ -70,10 +70,7 @@ func (n *Node) Export(ctx context.Context, q ExportQuery) (ExportPage, error) {
 		}
 		from, afterAt, afterKey = max(from, at), at, k
 	}
-	w := store.Window{AnyGroup: true, From: from}
-	if q.Author != "" {
-		w.Author = q.Author
-	}
+	w := store.Window{AnyGroup: true, From: from, Author: q.Author}
 	page := ExportPage{Records: []ExportLine{}}
 	size := 0
 	var last store.KeyTime

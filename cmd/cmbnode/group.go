@@ -35,12 +35,21 @@ func cmdGroup(e *env, args []string) error {
 		map[string]func(*env, []string) error{"create": groupCreate, "rotate": groupRotate, "show": groupShow})
 }
 
-// loadConfig reads home's config, the defaults when there is none.
-func loadConfig(home string) (config.Config, bool, error) {
-	_, err := os.Stat(config.Path(home))
-	exists := err == nil
-	c, err := config.Load(home)
-	return c, exists, err
+// homeConfig resolves the home (made, mode 0700, if mkdir) and reads its
+// config, the defaults when there is none (exists false).
+func homeConfig(flagValue string, mkdir bool) (home string, c config.Config, exists bool, err error) {
+	if home, err = resolveHome(flagValue); err != nil {
+		return "", c, false, err
+	}
+	if mkdir {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return "", c, false, err
+		}
+	}
+	_, err = os.Stat(config.Path(home))
+	exists = err == nil
+	c, err = config.Load(home)
+	return home, c, exists, err
 }
 
 func groupCreate(e *env, args []string) error {
@@ -57,14 +66,7 @@ func groupCreate(e *env, args []string) error {
 	if err := group.Validate(name); err != nil {
 		return usagef("%v", err)
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(h, 0o700); err != nil {
-		return err
-	}
-	c, exists, err := loadConfig(h)
+	h, c, exists, err := homeConfig(*home, true)
 	if err != nil {
 		return err
 	}
@@ -119,11 +121,7 @@ func groupShow(e *env, args []string) error {
 	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	c, _, err := loadConfig(h)
+	h, c, _, err := homeConfig(*home, false)
 	if err != nil {
 		return err
 	}
@@ -155,11 +153,7 @@ func inviteFlags(fs *flag.FlagSet) (*time.Duration, *listFlag) {
 
 // privateHome resolves the home and its config, which must name a private group.
 func privateHome(flagValue string) (string, config.Config, error) {
-	h, err := resolveHome(flagValue)
-	if err != nil {
-		return "", config.Config{}, err
-	}
-	c, _, err := loadConfig(h)
+	h, c, _, err := homeConfig(flagValue, false)
 	if err != nil {
 		return "", c, err
 	}
@@ -260,14 +254,7 @@ func cmdJoin(e *env, args []string) error {
 	if err != nil {
 		return err // one line naming what is wrong
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(h, 0o700); err != nil {
-		return err
-	}
-	c, exists, err := loadConfig(h)
+	h, c, exists, err := homeConfig(*home, true)
 	if err != nil {
 		return err
 	}

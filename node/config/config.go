@@ -296,11 +296,11 @@ func Write(home string, c Config) error {
 		}
 		return fmt.Errorf("write config: %w", err)
 	}
-	if _, err := f.WriteString(Render(c)); err != nil {
-		f.Close()
-		return fmt.Errorf("write config %s: %w", path, err)
+	_, err = f.WriteString(Render(c))
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("write config %s: %w", path, err)
 	}
