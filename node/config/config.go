@@ -307,20 +307,24 @@ func Write(home string, c Config) error {
 	return f.Close()
 }
 
+// quote is s as a TOML string.
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// tomlList is xs as a TOML array of strings.
+func tomlList(xs []string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = quote(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
 // Render returns c as a commented config.toml.
 func Render(c Config) string {
 	var b strings.Builder
-	q := func(s string) string { return fmt.Sprintf("%q", s) }
-	list := func(xs []string) string {
-		parts := make([]string, len(xs))
-		for i, x := range xs {
-			parts[i] = q(x)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	}
 	token := `# cgp_http_token = ""`
 	if c.CGPHTTPToken != "" {
-		token = "cgp_http_token = " + q(c.CGPHTTPToken)
+		token = "cgp_http_token = " + quote(c.CGPHTTPToken)
 	}
 	fmt.Fprintf(&b, `# cmbnode configuration. Flags given to "cmbnode daemon" override these
 # settings. The node's identity (nodeId, name, keys) is in identity.json.
@@ -405,7 +409,7 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), list(c.Relays), c.RelayService, q(c.Reachability), c.NATPortMap, c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+`, quote(c.Group), c.Public, quote(c.RotationGrace.String()), tomlList(c.Listen), tomlList(c.Bootstrap), tomlList(c.Relays), c.RelayService, quote(c.Reachability), c.NATPortMap, c.MDNS, quote(c.CGPHTTP), token, quote(c.Metrics), quote(c.Retention.String()), quote(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, quote(c.LogLevel))
 	b.WriteString(renderRecall(c))
 	return b.String()
 }

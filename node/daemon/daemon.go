@@ -89,15 +89,9 @@ type Overrides struct {
 func (o Overrides) Apply(c *config.Config) {
 	override(&c.Group, o.Group)
 	override(&c.Public, o.Public)
-	if len(o.Listen) > 0 {
-		c.Listen = append([]string(nil), o.Listen...)
-	}
-	if len(o.Bootstrap) > 0 {
-		c.Bootstrap = append([]string(nil), o.Bootstrap...)
-	}
-	if len(o.Relays) > 0 {
-		c.Relays = append([]string(nil), o.Relays...)
-	}
+	overrideList(&c.Listen, o.Listen)
+	overrideList(&c.Bootstrap, o.Bootstrap)
+	overrideList(&c.Relays, o.Relays)
 	override(&c.RelayService, o.RelayService)
 	override(&c.Reachability, o.Reachability)
 	override(&c.NATPortMap, o.NATPortMap)
@@ -151,6 +145,13 @@ func (o Overrides) Validate() error {
 func override[T any](dst, v *T) {
 	if v != nil {
 		*dst = *v
+	}
+}
+
+// overrideList sets *dst to a copy of v unless v is empty (the flag not given).
+func overrideList(dst *[]string, v []string) {
+	if len(v) > 0 {
+		*dst = append([]string(nil), v...)
 	}
 }
 
@@ -528,13 +529,5 @@ func CheckOffline(ctx context.Context, home string) (node.CheckResult, error) {
 		return node.CheckResult{}, err
 	}
 	defer st.Close()
-	err = st.Check(ctx)
-	var ce *store.CheckError
-	switch {
-	case err == nil:
-		return node.CheckResult{OK: true, Records: st.Count(), Problems: []string{}}, nil
-	case errors.As(err, &ce):
-		return node.CheckResult{Records: st.Count(), Problems: ce.Problems}, nil
-	}
-	return node.CheckResult{}, fmt.Errorf("check the store: %w", err)
+	return node.CheckOf(ctx, st)
 }
