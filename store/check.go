@@ -55,11 +55,8 @@ type recSummary struct {
 // the in-memory text index equals one rebuilt from the stored texts. Writes
 // wait while it runs. It returns a *CheckError listing the disagreements.
 func (s *Store) Check(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
 	// Everything acknowledged before the call is checked.
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return err
 	}
 	s.writeMu.Lock()

@@ -597,6 +597,33 @@ func (s *Store) applyLocked(b *batch) error {
 	return err
 }
 
+// scan runs fn on each item o selects, in key order, in one read
+// transaction; ctx ending or fn's error stops it.
+func (s *Store) scan(ctx context.Context, o badger.IteratorOptions, fn func(*badger.Item) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(it.Item()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// readable is what a read of badger checks first: the store is open, and
+// every write acknowledged before the read is applied (waitApplied).
+func (s *Store) readable(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.waitApplied(ctx)
+}
+
 // waitApplied returns once badger holds every batch acknowledged before
 // the call: a write's callers are told it is durable before it is applied.
 func (s *Store) waitApplied(ctx context.Context) error {
