@@ -600,19 +600,22 @@ func (s *Store) applyLocked(b *batch) error {
 // scan runs fn on each item o selects, in key order, in one read
 // transaction; ctx ending or fn's error stops it.
 func (s *Store) scan(ctx context.Context, o badger.IteratorOptions, fn func(*badger.Item) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(o)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := fn(it.Item()); err != nil {
-				return err
-			}
+	return s.db.View(func(txn *badger.Txn) error { return scanTxn(ctx, txn, o, fn) })
+}
+
+// scanTxn is scan within txn, for reads that must see one snapshot.
+func scanTxn(ctx context.Context, txn *badger.Txn, o badger.IteratorOptions, fn func(*badger.Item) error) error {
+	it := txn.NewIterator(o)
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return nil
-	})
+		if err := fn(it.Item()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readable is what a read of badger checks first: the store is open, and
