@@ -1,6 +1,7 @@
 package cmb
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -150,12 +151,7 @@ func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
 
 // orNeutral is the text a field carries when its author gave text t: an
 // empty field is "neutral", never "" (MMP §14 A1).
-func orNeutral(t string) string {
-	if t == "" {
-		return Neutral
-	}
-	return t
-}
+func orNeutral(t string) string { return cmp.Or(t, Neutral) }
 
 // DecodeFields parses a `fields` object: all seven members required, each an
 // object with a string `text`. Members beyond the seven are returned as extra.

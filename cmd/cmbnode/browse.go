@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -58,10 +59,7 @@ func cmdList(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGE\tKEY\tAUTHOR\tFOCUS")
 	for _, m := range mem {
-		by := names[m.CreatedBy]
-		if by == "" {
-			by = truncate(m.CreatedBy, 13)
-		}
+		by := cmp.Or(names[m.CreatedBy], truncate(m.CreatedBy, 13))
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", relTime(time.UnixMilli(m.CreatedAt), now), m.Key, truncate(by, 24), truncate(m.Fields["focus"].Text, 60))
 	}
 	return tw.Flush()

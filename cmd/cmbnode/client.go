@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,11 +149,7 @@ func cmdStatus(e *env, args []string) error {
 	fmt.Fprintf(tw, "node\t%s (%s)\n", st.NodeID, st.Name)
 	fmt.Fprintf(tw, "version\t%s (MMP %s)\n", st.Version, st.ProtocolVersion)
 	fmt.Fprintf(tw, "group\t%s\n", st.Group)
-	peerID := st.PeerID
-	if peerID == "" {
-		peerID = "- (not on the mesh)"
-	}
-	fmt.Fprintf(tw, "peerId\t%s\n", peerID)
+	fmt.Fprintf(tw, "peerId\t%s\n", cmp.Or(st.PeerID, "- (not on the mesh)"))
 	if len(st.Addrs) == 0 {
 		fmt.Fprintf(tw, "addrs\t-\n")
 	}
@@ -239,16 +236,8 @@ func cmdPeers(e *env, args []string) error {
 		fmt.Fprintf(tw, "group\t%s\n", p.Group)
 		fmt.Fprintf(tw, "version\t%s\n", truncate(v, 60))
 		fmt.Fprintf(tw, "peerId\t%s\n", p.PeerID)
-		conn := p.Conn
-		if conn == "" {
-			conn = "-"
-		}
-		fmt.Fprintf(tw, "conn\t%s\n", conn)
-		x := p.E2EPublicKey
-		if x == "" {
-			x = "-"
-		}
-		fmt.Fprintf(tw, "x25519\t%s\n", x)
+		fmt.Fprintf(tw, "conn\t%s\n", cmp.Or(p.Conn, "-"))
+		fmt.Fprintf(tw, "x25519\t%s\n", cmp.Or(p.E2EPublicKey, "-"))
 		if len(p.Addrs) == 0 {
 			fmt.Fprintf(tw, "addrs\t-\n")
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -90,13 +89,7 @@ func groupCreate(e *env, args []string) error {
 }
 
 func groupRotate(e *env, args []string) error {
-	fs := newFlags(e, "group rotate", "group rotate [--home DIR] [--expires DURATION] [--addr MADDR]…")
-	home := homeFlag(fs)
-	expires, addrs := inviteFlags(fs)
-	if err := e.parseNone(fs, args); err != nil {
-		return err
-	}
-	h, c, err := privateHome(*home)
+	h, c, expires, addrs, err := inviteCmd(e, "group rotate", args)
 	if err != nil {
 		return err
 	}
@@ -104,7 +97,7 @@ func groupRotate(e *env, args []string) error {
 	if err != nil {
 		return groupErr(err, h)
 	}
-	line, err := makeInvite(e, h, g, ep, *expires, *addrs)
+	line, err := makeInvite(e, h, g, ep, expires, addrs)
 	if err != nil {
 		return err
 	}
@@ -144,33 +137,28 @@ func groupShow(e *env, args []string) error {
 	return nil
 }
 
-func inviteFlags(fs *flag.FlagSet) (*time.Duration, *listFlag) {
+// inviteCmd parses the flags of the commands that print an invite (name:
+// group rotate, invite) and resolves the home, whose config must name a
+// private group.
+func inviteCmd(e *env, name string, args []string) (h string, c config.Config, expires time.Duration, addrs []string, err error) {
+	fs := newFlags(e, name, name+" [--home DIR] [--expires DURATION] [--addr MADDR]…")
+	home := homeFlag(fs)
 	exp := fs.Duration("expires", 0, "the invite expires after this, e.g. 24h (0: never; an expiry guards against stale pastes, it revokes nothing)")
-	var addrs listFlag
-	fs.Var(&addrs, "addr", "a dialable multiaddr with /p2p/ to put in the invite (repeatable; default: the running daemon's)")
-	return exp, &addrs
-}
-
-// privateHome resolves the home and its config, which must name a private group.
-func privateHome(flagValue string) (string, config.Config, error) {
-	h, c, _, err := homeConfig(flagValue, false)
-	if err != nil {
-		return "", c, err
+	fs.Var((*listFlag)(&addrs), "addr", "a dialable multiaddr with /p2p/ to put in the invite (repeatable; default: the running daemon's)")
+	if err := e.parseNone(fs, args); err != nil {
+		return "", c, 0, nil, err
+	}
+	if h, c, _, err = homeConfig(*home, false); err != nil {
+		return "", c, 0, nil, err
 	}
 	if c.Public {
-		return "", c, fmt.Errorf("group %s is public (public = true in %s): a public group has no secret to share", c.Group, config.Path(h))
+		return "", c, 0, nil, fmt.Errorf("group %s is public (public = true in %s): a public group has no secret to share", c.Group, config.Path(h))
 	}
-	return h, c, nil
+	return h, c, *exp, addrs, nil
 }
 
 func cmdInvite(e *env, args []string) error {
-	fs := newFlags(e, "invite", "invite [--home DIR] [--expires DURATION] [--addr MADDR]…")
-	home := homeFlag(fs)
-	expires, addrs := inviteFlags(fs)
-	if err := e.parseNone(fs, args); err != nil {
-		return err
-	}
-	h, c, err := privateHome(*home)
+	h, c, expires, addrs, err := inviteCmd(e, "invite", args)
 	if err != nil {
 		return err
 	}
@@ -181,7 +169,7 @@ func cmdInvite(e *env, args []string) error {
 	if err != nil {
 		return groupErr(err, h)
 	}
-	line, err := makeInvite(e, h, g, g.Epochs[len(g.Epochs)-1], *expires, *addrs)
+	line, err := makeInvite(e, h, g, g.Epochs[len(g.Epochs)-1], expires, addrs)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -222,13 +223,7 @@ func cmbVerify(e *env, args []string) error {
 			return &rejected{"rejected: sealed: " + err.Error()}
 		}
 	}
-	aud := cmb.Audience{Group: *grp, Self: *node}
-	if aud.Group == "" {
-		aud.Group = group.Normalize(r.Group)
-	}
-	if aud.Self == "" {
-		aud.Self = r.To
-	}
+	aud := cmb.Audience{Group: cmp.Or(*grp, group.Normalize(r.Group)), Self: cmp.Or(*node, r.To)}
 	if err := r.Verify(cmb.Policy{Audience: aud, AuthorKey: pub}); err != nil {
 		return &rejected{"rejected: " + err.Error()}
 	}
