@@ -532,21 +532,18 @@ func appendString(b []byte, s string) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
+		if r != '\u2028' && r != '\u2029' && (r != utf8.RuneError || size != 1) {
 			i += size
-			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
+		b = append(b, s[start:i]...)
+		if r == utf8.RuneError {
+			b = append(b, `\ufffd`...)
+		} else {
 			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
 		}
 		i += size
+		start = i
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
