@@ -163,11 +163,7 @@ func cmdStatus(e *env, args []string) error {
 			how = "set in config"
 		}
 		fmt.Fprintf(tw, "reach\t%s (%s)\n", r.Reachability, how)
-		relays := "-"
-		if len(r.Relays) > 0 {
-			relays = strings.Join(r.Relays, ", ")
-		}
-		fmt.Fprintf(tw, "relays\t%s\n", relays)
+		fmt.Fprintf(tw, "relays\t%s\n", cmp.Or(strings.Join(r.Relays, ", "), "-"))
 		if r.RelayService {
 			fmt.Fprintf(tw, "relaying\ton, for members (reservations granted %d, refused %d)\n", r.RelayReservations, r.RelayRefused)
 		}
