@@ -131,9 +131,7 @@ func DefaultOptions() Options {
 // for Home, the parent of dir) has it.
 func (o Options) withDefaults(dir string) Options {
 	def := DefaultOptions()
-	if o.Home == "" {
-		o.Home = filepath.Dir(filepath.Clean(dir))
-	}
+	o.Home = cmp.Or(o.Home, filepath.Dir(filepath.Clean(dir)))
 	if o.Now == nil {
 		o.Now = def.Now
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -909,9 +910,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		if m.StoredAt.IsZero() {
 			m.StoredAt = s.opts.Now()
 		}
-		if m.Source == "" {
-			m.Source = "local"
-		}
+		m.Source = cmp.Or(m.Source, "local")
 		rec := Record{Entry: e, Meta: m}
 		at := s.orderAt(&rec)
 		// Encoding happens here, on the caller's goroutine, so the single

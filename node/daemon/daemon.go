@@ -184,9 +184,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
+	opts.Version = cmp.Or(opts.Version, "dev")
 	home := opts.Home
 	// Settings first: a mistake in them leaves the home as it was.
 	if err := opts.Overrides.Validate(); err != nil {
@@ -227,9 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
-	if so.MaxClockSkew == 0 {
-		so.MaxClockSkew = cfg.MaxClockSkew.Duration
-	}
+	so.MaxClockSkew = cmp.Or(so.MaxClockSkew, cfg.MaxClockSkew.Duration)
 	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version}
 	if err := recallOptions(cfg, &nopts); err != nil {
 		return err
