@@ -1,9 +1,11 @@
 package cmb
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"fmt"
 	"math"
+	"slices"
 
 	"golang.org/x/text/unicode/norm"
 
@@ -62,14 +64,10 @@ func Build(d Draft, priv ed25519.PrivateKey) (*Record, error) {
 		if anc == nil {
 			anc = d.Parents
 		}
-		method := d.Method
-		if method == "" {
-			method = "remix"
-		}
 		r.Lineage = &Lineage{
-			Parents:   cloneStrings(d.Parents),
-			Ancestors: cloneStrings(anc),
-			Method:    method,
+			Parents:   slices.Clone(d.Parents),
+			Ancestors: slices.Clone(anc),
+			Method:    cmp.Or(d.Method, "remix"),
 		}
 	}
 	texts := r.Fields.Texts()

@@ -1,6 +1,7 @@
 package cmb
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -150,12 +151,7 @@ func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
 
 // orNeutral is the text a field carries when its author gave text t: an
 // empty field is "neutral", never "" (MMP §14 A1).
-func orNeutral(t string) string {
-	if t == "" {
-		return Neutral
-	}
-	return t
-}
+func orNeutral(t string) string { return cmp.Or(t, Neutral) }
 
 // DecodeFields parses a `fields` object: all seven members required, each an
 // object with a string `text`. Members beyond the seven are returned as extra.
@@ -376,14 +372,8 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendString(b, r.CreatedBy)
 	b = append(b, `,"createdAt":`...)
 	b = strconv.AppendInt(b, r.CreatedAt, 10)
-	if r.present&hasGroup != 0 || r.Group != "" {
-		b = append(b, `,"group":`...)
-		b = appendString(b, r.Group)
-	}
-	if r.present&hasTo != 0 || r.To != "" {
-		b = append(b, `,"to":`...)
-		b = appendString(b, r.To)
-	}
+	b = appendOptional(b, `,"group":`, r.Group, r.present&hasGroup != 0)
+	b = appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
 	b = append(b, `,"fields":`...)
 	if r.Sealed != "" {
 		b = appendString(b, r.Sealed)
@@ -396,14 +386,8 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	} else if r.present&hasLineage != 0 {
 		b = append(b, `,"lineage":null`...)
 	}
-	if r.present&hasSig != 0 || r.Sig != "" {
-		b = append(b, `,"sig":`...)
-		b = appendString(b, r.Sig)
-	}
-	if r.present&hasSigAlg != 0 || r.SigAlg != "" {
-		b = append(b, `,"sigAlg":`...)
-		b = appendString(b, r.SigAlg)
-	}
+	b = appendOptional(b, `,"sig":`, r.Sig, r.present&hasSig != 0)
+	b = appendOptional(b, `,"sigAlg":`, r.SigAlg, r.present&hasSigAlg != 0)
 	if r.E2E != nil {
 		b = append(b, `,"_e2e":{`...)
 		first := true
@@ -475,12 +459,20 @@ func (l *Lineage) appendJSON(b []byte) []byte {
 		b = append(b, `,"ancestors":`...)
 		b = appendStrings(b, l.Ancestors)
 	}
-	if l.present&hasMethod != 0 || l.Method != "" {
-		b = append(b, `,"method":`...)
-		b = appendString(b, l.Method)
-	}
+	b = appendOptional(b, `,"method":`, l.Method, l.present&hasMethod != 0)
 	b = appendMembers(b, l.Extra, false)
 	return append(b, '}')
+}
+
+// appendOptional appends an optional string member (member is `,"name":`)
+// when the record carried it or it is set, so a decoded record re-encodes
+// with the members it had, "" ones included.
+func appendOptional(b []byte, member, v string, present bool) []byte {
+	if !present && v == "" {
+		return b
+	}
+	b = append(b, member...)
+	return appendString(b, v)
 }
 
 func appendStrings(b []byte, s []string) []byte {
@@ -540,21 +532,18 @@ func appendString(b []byte, s string) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
+		if r != '\u2028' && r != '\u2029' && (r != utf8.RuneError || size != 1) {
 			i += size
-			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
+		b = append(b, s[start:i]...)
+		if r == utf8.RuneError {
+			b = append(b, `\ufffd`...)
+		} else {
 			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
 		}
 		i += size
+		start = i
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')

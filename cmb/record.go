@@ -6,6 +6,7 @@ package cmb
 
 import (
 	"encoding/json"
+	"slices"
 )
 
 // The seven CAT7 fields in the fixed order every hash uses (MMP §8.2).
@@ -188,8 +189,8 @@ func (r *Record) Clone() *Record {
 	}
 	if r.Lineage != nil {
 		l := *r.Lineage
-		l.Parents = cloneStrings(r.Lineage.Parents)
-		l.Ancestors = cloneStrings(r.Lineage.Ancestors)
+		l.Parents = slices.Clone(r.Lineage.Parents)
+		l.Ancestors = slices.Clone(r.Lineage.Ancestors)
 		l.Extra = r.Lineage.Extra.clone()
 		c.Lineage = &l
 	}
@@ -205,13 +206,6 @@ func (r *Record) Clone() *Record {
 	c.FieldsExtra = r.FieldsExtra.clone()
 	c.Extra = r.Extra.clone()
 	return &c
-}
-
-func cloneStrings(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	return append([]string{}, s...)
 }
 
 // Member is one unknown JSON member, kept verbatim.

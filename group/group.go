@@ -3,6 +3,7 @@
 package group
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 )
@@ -35,12 +36,7 @@ func Validate(name string) error {
 }
 
 // Normalize maps an absent group to Default; other values are returned unchanged.
-func Normalize(name string) string {
-	if name == "" {
-		return Default
-	}
-	return name
-}
+func Normalize(name string) string { return cmp.Or(name, Default) }
 
 // Topic is the GossipSub topic that carries one group's cmb frames.
 func Topic(name string) string {

@@ -47,9 +47,7 @@ func (n *Node) ResolveKey(ctx context.Context, ref string) (string, error) {
 	}
 	var prefixes []string
 	switch {
-	case strings.HasPrefix(lower, cmb.PrefixV1):
-		prefixes = []string{lower}
-	case strings.HasPrefix(lower, cmb.PrefixLegacy):
+	case strings.HasPrefix(lower, cmb.PrefixV1), strings.HasPrefix(lower, cmb.PrefixLegacy):
 		prefixes = []string{lower}
 	default:
 		prefixes = []string{cmb.PrefixV1 + lower, cmb.PrefixLegacy + lower}

@@ -70,10 +70,7 @@ func (n *Node) Export(ctx context.Context, q ExportQuery) (ExportPage, error) {
 		}
 		from, afterAt, afterKey = max(from, at), at, k
 	}
-	w := store.Window{AnyGroup: true, From: from}
-	if q.Author != "" {
-		w.Author = q.Author
-	}
+	w := store.Window{AnyGroup: true, From: from, Author: q.Author}
 	page := ExportPage{Records: []ExportLine{}}
 	size := 0
 	var last store.KeyTime
@@ -199,14 +196,17 @@ type CheckResult struct {
 
 // CheckStore runs the store's consistency check (store.Check). Problems are
 // the result; an error means the check could not run.
-func (n *Node) CheckStore(ctx context.Context) (CheckResult, error) {
-	err := n.st.Check(ctx)
+func (n *Node) CheckStore(ctx context.Context) (CheckResult, error) { return CheckOf(ctx, n.st) }
+
+// CheckOf is CheckStore on an open store no node holds (the offline check).
+func CheckOf(ctx context.Context, st *store.Store) (CheckResult, error) {
+	err := st.Check(ctx)
 	var ce *store.CheckError
 	switch {
 	case err == nil:
-		return CheckResult{OK: true, Records: n.st.Count(), Problems: []string{}}, nil
+		return CheckResult{OK: true, Records: st.Count(), Problems: []string{}}, nil
 	case errors.As(err, &ce):
-		return CheckResult{Records: n.st.Count(), Problems: ce.Problems}, nil
+		return CheckResult{Records: st.Count(), Problems: ce.Problems}, nil
 	}
 	return CheckResult{}, fmt.Errorf("check the store: %w", err)
 }

@@ -5,6 +5,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -245,9 +246,7 @@ func Open(opts Options) (*Node, error) {
 		opts.Now = time.Now
 	}
 	so := opts.StoreOptions
-	if so.Home == "" {
-		so.Home = opts.Home
-	}
+	so.Home = cmp.Or(so.Home, opts.Home)
 	if so.Logger == nil {
 		so.Logger = opts.Logger.With("component", "store")
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,9 +79,7 @@ func (n *Node) RecallWith(ctx context.Context, query string, o RecallOptions) ([
 	if math.IsNaN(o.MinScore) || o.MinScore < 0 || o.MinScore > 1 {
 		return nil, fmt.Errorf("%w: min_score %v is not in [0,1]", ErrBadRequest, o.MinScore)
 	}
-	if o.Limit == 0 {
-		o.Limit = 10
-	}
+	o.Limit = cmp.Or(o.Limit, 10)
 	asOf := n.now()
 	ranked, err := n.rank(ctx, query, o.Limit, asOf)
 	if err != nil {

@@ -77,13 +77,7 @@ type rankedKey struct {
 // compare orders by score, then newer first, then key, so that equal
 // scores rank the same way on every node.
 func (a rankedKey) compare(b rankedKey) int {
-	if c := cmp.Compare(b.score, a.score); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(b.createdAt, a.createdAt); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.key, b.key)
+	return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(b.createdAt, a.createdAt), cmp.Compare(a.key, b.key))
 }
 
 // rank returns the candidates for the best limit records for query as of

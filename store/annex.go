@@ -80,10 +80,7 @@ func (s *Store) PutAnnexes(ctx context.Context, ns string, as []Annex) error {
 
 // GetAnnex returns key's annex in namespace ns; ok is false if none.
 func (s *Store) GetAnnex(ctx context.Context, ns, key string) (val []byte, ok bool, err error) {
-	if s.closed.Load() {
-		return nil, false, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return nil, false, err
 	}
 	err = s.db.View(func(txn *badger.Txn) error {
@@ -107,26 +104,13 @@ func (s *Store) GetAnnex(ctx context.Context, ns, key string) (val []byte, ok bo
 // ScanAnnexes calls fn with every annex of namespace ns, in key order. The
 // value is valid only during the call.
 func (s *Store) ScanAnnexes(ctx context.Context, ns string, fn func(key string, val []byte) error) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return err
 	}
 	prefix := annexKey(ns, "")
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: prefix})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			key := string(it.Item().Key()[len(prefix):])
-			if err := it.Item().Value(func(v []byte) error { return fn(key, v) }); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := s.scan(ctx, badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: prefix}, func(item *badger.Item) error {
+		key := string(item.Key()[len(prefix):])
+		return item.Value(func(v []byte) error { return fn(key, v) })
 	})
 	if err != nil {
 		return fmt.Errorf("scanning %s annexes: %w", ns, err)

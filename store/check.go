@@ -56,11 +56,8 @@ type recSummary struct {
 // the in-memory text index equals one rebuilt from the stored texts. Writes
 // wait while it runs. It returns a *CheckError listing the disagreements.
 func (s *Store) Check(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
 	// Everything acknowledged before the call is checked.
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return err
 	}
 	s.writeMu.Lock()
@@ -75,14 +72,10 @@ func (s *Store) Check(ctx context.Context) error {
 	recs := map[string]*recSummary{}
 	rebuilt := newTextIndex(nil)
 
+	// Every read below sees one transaction: the records and their
+	// indexes as of one moment.
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				it.Close()
-				return err
-			}
-			item := it.Item()
+		err := scanTxn(ctx, txn, badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}}, func(item *badger.Item) error {
 			key := string(item.Key()[1:])
 			var rec Record
 			if err := item.Value(func(v []byte) error {
@@ -95,7 +88,7 @@ func (s *Store) Check(ctx context.Context) error {
 				return derr
 			}); err != nil {
 				add("record %s does not decode: %v", key, err)
-				continue
+				return nil
 			}
 			if err := rec.Validate(); err != nil {
 				add("record %s is invalid: %v", key, err)
@@ -111,37 +104,38 @@ func (s *Store) Check(ctx context.Context) error {
 				if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
 					add("record %s lacks %s", key, describeKey(k))
 				} else if err != nil {
-					it.Close()
 					return err
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		it.Close()
+		// The checks of the other keyspaces are quick: they do not watch ctx.
+		bg := context.Background()
 
 		// Every index entry belongs to a record that agrees with it.
 		for _, p := range []byte{pChild, pRefBy} {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{p}})
-			for it.Rewind(); it.Valid(); it.Next() {
-				k := it.Item().Key()
-				if msg := checkIndexKey(k, recs); msg != "" {
-					add("%s: %s", describeKey(k), msg)
+			scanTxn(bg, txn, badger.IteratorOptions{Prefix: []byte{p}}, func(item *badger.Item) error {
+				if msg := checkIndexKey(item.Key(), recs); msg != "" {
+					add("%s: %s", describeKey(item.Key()), msg)
 				}
-			}
-			it.Close()
+				return nil
+			})
 		}
 
 		// Tombstones: a record kept under one is hidden (Forgotten), and
 		// the in-memory set agrees with them; a hidden record has one.
 		tombs := map[string]struct{}{}
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pTomb}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := string(it.Item().Key()[1:])
+		scanTxn(bg, txn, badger.IteratorOptions{Prefix: []byte{pTomb}}, func(item *badger.Item) error {
+			k := string(item.Key()[1:])
 			tombs[k] = struct{}{}
 			if r := recs[k]; r != nil && !r.forgotten {
 				add("record %s is forgotten (tombstone) but not hidden", k)
 			}
-		}
-		it.Close()
+			return nil
+		})
 		for k, r := range recs {
 			if _, ok := tombs[k]; r.forgotten && !ok {
 				add("record %s is hidden as forgotten but has no tombstone", k)
@@ -152,13 +146,12 @@ func (s *Store) Check(ctx context.Context) error {
 		s.trust.mu.RUnlock()
 
 		// Assertions: each names a held record of another author.
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pAssert}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			body := it.Item().Key()[1:]
+		scanTxn(bg, txn, badger.IteratorOptions{Prefix: []byte{pAssert}}, func(item *badger.Item) error {
+			body := item.Key()[1:]
 			i := bytes.IndexByte(body, 0)
 			if i < 0 {
 				add("assertion entry %q is malformed", body)
-				continue
+				return nil
 			}
 			key, author := string(body[:i]), string(body[i+1:])
 			r := recs[key]
@@ -169,24 +162,21 @@ func (s *Store) Check(ctx context.Context) error {
 				add("assertion of %s by %s repeats the record's own author", key, author)
 			case r.forgotten:
 				add("assertion of %s by %s outlived its forgotten record", key, author)
-			case it.Item().ValueSize() == 0:
+			case item.ValueSize() == 0:
 				add("assertion of %s by %s is empty", key, author)
 			}
-		}
-		it.Close()
+			return nil
+		})
 
-		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{pPeer}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		return scanTxn(bg, txn, badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{pPeer}}, func(item *badger.Item) error {
 			var peer Peer
-			item := it.Item()
 			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &peer) }); err != nil {
 				add("peer %s does not decode: %v", item.Key()[1:], err)
 			} else if peer.NodeID != string(item.Key()[1:]) {
 				add("peer entry %s holds nodeId %s", item.Key()[1:], peer.NodeID)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("checking store: %w", err)

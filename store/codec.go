@@ -83,20 +83,17 @@ func (e *Entry) Validate() error {
 	if err := checkName("group", e.Group, true); err != nil {
 		return err
 	}
-	for _, p := range e.Parents {
-		if err := checkName("parent", p, false); err != nil {
-			return err
-		}
-		if p == e.Key {
-			return fmt.Errorf("%w: %s lists itself as a parent", ErrInvalid, e.Key)
-		}
-	}
-	for _, a := range e.Ancestors {
-		if err := checkName("ancestor", a, false); err != nil {
-			return err
-		}
-		if a == e.Key {
-			return fmt.Errorf("%w: %s lists itself as an ancestor", ErrInvalid, e.Key)
+	for _, l := range [...]struct {
+		what, article string
+		keys          []string
+	}{{"parent", "a", e.Parents}, {"ancestor", "an", e.Ancestors}} {
+		for _, k := range l.keys {
+			if err := checkName(l.what, k, false); err != nil {
+				return err
+			}
+			if k == e.Key {
+				return fmt.Errorf("%w: %s lists itself as %s %s", ErrInvalid, e.Key, l.article, l.what)
+			}
 		}
 	}
 	return nil
@@ -153,25 +150,23 @@ func encodeRecord(r *Record) []byte {
 	return append(b, r.Raw...)
 }
 
+// metaFlag is one flag bit and the Meta field it stands for.
+type metaFlag struct {
+	bit byte
+	on  *bool
+}
+
+func (m *Meta) flagBits() [6]metaFlag {
+	return [6]metaFlag{{flVerified, &m.Verified}, {flDecrypted, &m.Decrypted}, {flDirected, &m.Directed},
+		{flKept, &m.Kept}, {flQuarantined, &m.Quarantined}, {flForgotten, &m.Forgotten}}
+}
+
 func metaFlags(m Meta) byte {
 	var f byte
-	if m.Verified {
-		f |= flVerified
-	}
-	if m.Decrypted {
-		f |= flDecrypted
-	}
-	if m.Directed {
-		f |= flDirected
-	}
-	if m.Kept {
-		f |= flKept
-	}
-	if m.Quarantined {
-		f |= flQuarantined
-	}
-	if m.Forgotten {
-		f |= flForgotten
+	for _, fl := range m.flagBits() {
+		if *fl.on {
+			f |= fl.bit
+		}
 	}
 	return f
 }
@@ -196,24 +191,16 @@ type reader struct {
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *reader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *reader) varint() int64 {
+func (r *reader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint reads one varint with read (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *reader, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.err = errShort
 		return 0
@@ -267,12 +254,9 @@ func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
 	rec.Key = key
 	rec.Meta.StoredAt = time.Unix(0, r.varint())
 	rec.Meta.Source = r.str()
-	rec.Meta.Verified = fl&flVerified != 0
-	rec.Meta.Decrypted = fl&flDecrypted != 0
-	rec.Meta.Directed = fl&flDirected != 0
-	rec.Meta.Kept = fl&flKept != 0
-	rec.Meta.Quarantined = fl&flQuarantined != 0
-	rec.Meta.Forgotten = fl&flForgotten != 0
+	for _, f := range rec.Meta.flagBits() {
+		*f.on = fl&f.bit != 0
+	}
 	rec.CreatedBy = r.str()
 	rec.CreatedAt = r.varint()
 	rec.Group = r.str()

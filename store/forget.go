@@ -141,14 +141,10 @@ func (s *Store) IsHidden(key string) bool {
 // loadTombstones reads the forgotten keys into memory and hands them to
 // the writer as known (Open).
 func (s *Store) loadTombstones() error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pTomb}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := string(it.Item().Key()[1:])
-			s.trust.forgotten[k] = struct{}{}
-			s.loadedKeys[k] = struct{}{}
-		}
+	return s.scan(context.Background(), badger.IteratorOptions{Prefix: []byte{pTomb}}, func(item *badger.Item) error {
+		k := string(item.Key()[1:])
+		s.trust.forgotten[k] = struct{}{}
+		s.loadedKeys[k] = struct{}{}
 		return nil
 	})
 }
@@ -229,24 +225,17 @@ func (s *Store) PutAssertion(ctx context.Context, key, author string, raw []byte
 
 // Assertions lists the other authors' assertions kept for key, by author.
 func (s *Store) Assertions(ctx context.Context, key string) ([]Assertion, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return nil, err
 	}
 	prefix := edgePrefix(pAssert, key)
 	var out []Assertion
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: prefix})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			out = append(out, Assertion{Author: string(it.Item().Key()[len(prefix):]), Raw: v})
+	err := s.scan(ctx, badger.IteratorOptions{PrefetchValues: true, Prefix: prefix}, func(item *badger.Item) error {
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
 		}
+		out = append(out, Assertion{Author: string(item.Key()[len(prefix):]), Raw: v})
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,10 +115,7 @@ func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) erro
 	if t == nil {
 		return nil
 	}
-	to := w.To
-	if to == 0 {
-		to = math.MaxInt64
-	}
+	to := cmp.Or(w.To, math.MaxInt64)
 	var err error
 	n := 0
 	visit := func(kt KeyTime) bool {

@@ -241,10 +241,7 @@ func readPeerTx(t *wtx, id string) (Peer, bool, error) {
 
 // GetPeer returns the roster entry for nodeID, or ErrNotFound.
 func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
-	if s.closed.Load() {
-		return Peer{}, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return Peer{}, err
 	}
 	var p Peer
@@ -265,26 +262,16 @@ func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
 
 // Peers lists the roster ordered by nodeId.
 func (s *Store) Peers(ctx context.Context) ([]Peer, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return nil, err
 	}
 	var out []Peer
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{pPeer}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var p Peer
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &p) }); err != nil {
-				return fmt.Errorf("%w: peer %s: %v", ErrCorrupted, it.Item().Key()[1:], err)
-			}
-			out = append(out, p)
+	err := s.scan(ctx, badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{pPeer}}, func(item *badger.Item) error {
+		var p Peer
+		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &p) }); err != nil {
+			return fmt.Errorf("%w: peer %s: %v", ErrCorrupted, item.Key()[1:], err)
 		}
+		out = append(out, p)
 		return nil
 	})
 	if err != nil {

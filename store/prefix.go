@@ -12,10 +12,7 @@ import (
 // keeps all). It reads keys only, never values: the cost is the matches
 // seen, not the records held.
 func (s *Store) KeysWithPrefix(ctx context.Context, prefix string, limit int, keep func(key string) bool) ([]string, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return nil, err
 	}
 	p := recKey(prefix)

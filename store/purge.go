@@ -283,23 +283,18 @@ func (s *Store) compactSegments(ctx context.Context) error {
 	}
 	live := map[uint32]int64{}
 	refs := map[uint32][]ref{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte{pRec}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			p, err := decodePtr(v)
-			if err != nil {
-				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
-			}
-			if _, ok := sizes[p.seg]; ok && p.seg < marked {
-				live[p.seg] += int64(p.n)
-				refs[p.seg] = append(refs[p.seg], ref{string(item.Key()[1:]), v})
-			}
+	err = s.scan(context.Background(), badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte{pRec}}, func(item *badger.Item) error {
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		p, err := decodePtr(v)
+		if err != nil {
+			return fmt.Errorf("%w: record %q: %v", ErrCorrupted, item.Key()[1:], err)
+		}
+		if _, ok := sizes[p.seg]; ok && p.seg < marked {
+			live[p.seg] += int64(p.n)
+			refs[p.seg] = append(refs[p.seg], ref{string(item.Key()[1:]), v})
 		}
 		return nil
 	})

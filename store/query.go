@@ -67,10 +67,7 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 
 // Has reports whether key is stored.
 func (s *Store) Has(ctx context.Context, key string) (bool, error) {
-	if s.closed.Load() {
-		return false, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return false, err
 	}
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -211,23 +208,13 @@ func (s *Store) ReferencedBy(ctx context.Context, key string) ([]string, error) 
 }
 
 func (s *Store) edges(ctx context.Context, p byte, key string) ([]string, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := s.waitApplied(ctx); err != nil {
+	if err := s.readable(ctx); err != nil {
 		return nil, err
 	}
 	prefix := edgePrefix(p, key)
 	var out []string
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			out = append(out, string(bytes.Clone(it.Item().Key()[len(prefix):])))
-		}
+	err := s.scan(ctx, badger.IteratorOptions{Prefix: prefix}, func(item *badger.Item) error {
+		out = append(out, string(bytes.Clone(item.Key()[len(prefix):])))
 		return nil
 	})
 	if err != nil {

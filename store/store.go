@@ -131,9 +131,7 @@ func DefaultOptions() Options {
 // for Home, the parent of dir) has it.
 func (o Options) withDefaults(dir string) Options {
 	def := DefaultOptions()
-	if o.Home == "" {
-		o.Home = filepath.Dir(filepath.Clean(dir))
-	}
+	o.Home = cmp.Or(o.Home, filepath.Dir(filepath.Clean(dir)))
 	if o.Now == nil {
 		o.Now = def.Now
 	}
@@ -617,28 +615,16 @@ func (s *Store) load(ctx context.Context) error {
 		p   segPtr
 	}
 	var inLog []located
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			item := it.Item()
-			key := string(item.Key()[1:])
-			err := item.Value(func(v []byte) error {
-				p, err := decodePtr(v)
-				if err != nil {
-					return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
-				}
-				inLog = append(inLog, located{key, p})
-				return nil
-			})
+	err := s.scan(ctx, badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}}, func(item *badger.Item) error {
+		key := string(item.Key()[1:])
+		return item.Value(func(v []byte) error {
+			p, err := decodePtr(v)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: record %q: %v", ErrCorrupted, key, err)
 			}
-		}
-		return nil
+			inLog = append(inLog, located{key, p})
+			return nil
+		})
 	})
 	if err != nil {
 		return err
@@ -729,12 +715,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Records: int(s.count.Load()), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
 	st.LSMBytes, st.VLogBytes = s.db.Size()
 	st.LogBytes = s.log.bytes()
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pPeer}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			st.Peers++
-		}
+	err := s.scan(context.Background(), badger.IteratorOptions{Prefix: []byte{pPeer}}, func(*badger.Item) error {
+		st.Peers++
 		return nil
 	})
 	if err != nil {

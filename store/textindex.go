@@ -549,10 +549,7 @@ func bm25Part(k1, b, norm float64, tf, fl uint32) float64 {
 func (x *textIndex) lengthNorms(o SearchOptions) (norm [NumFields]float64) {
 	n := float64(x.live)
 	for f := range norm {
-		avg := float64(x.totalLen[f]) / n
-		if avg == 0 {
-			avg = 1
-		}
+		avg := cmp.Or(float64(x.totalLen[f])/n, 1)
 		norm[f] = o.K1 * o.B / avg
 	}
 	return norm

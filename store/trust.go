@@ -154,12 +154,8 @@ func (s *Store) HasSigned(author string) bool { return s.trust.has(s.trust.signe
 
 // loadSigners reads the signer set into memory (Open).
 func (s *Store) loadSigners() error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{pSigner}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			s.trust.signers[string(it.Item().Key()[1:])] = struct{}{}
-		}
+	return s.scan(context.Background(), badger.IteratorOptions{Prefix: []byte{pSigner}}, func(item *badger.Item) error {
+		s.trust.signers[string(item.Key()[1:])] = struct{}{}
 		return nil
 	})
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -597,6 +598,36 @@ func (s *Store) applyLocked(b *batch) error {
 	return err
 }
 
+// scan runs fn on each item o selects, in key order, in one read
+// transaction; ctx ending or fn's error stops it.
+func (s *Store) scan(ctx context.Context, o badger.IteratorOptions, fn func(*badger.Item) error) error {
+	return s.db.View(func(txn *badger.Txn) error { return scanTxn(ctx, txn, o, fn) })
+}
+
+// scanTxn is scan within txn, for reads that must see one snapshot.
+func scanTxn(ctx context.Context, txn *badger.Txn, o badger.IteratorOptions, fn func(*badger.Item) error) error {
+	it := txn.NewIterator(o)
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(it.Item()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readable is what a read of badger checks first: the store is open, and
+// every write acknowledged before the read is applied (waitApplied).
+func (s *Store) readable(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.waitApplied(ctx)
+}
+
 // waitApplied returns once badger holds every batch acknowledged before
 // the call: a write's callers are told it is durable before it is applied.
 func (s *Store) waitApplied(ctx context.Context) error {
@@ -879,9 +910,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 		if m.StoredAt.IsZero() {
 			m.StoredAt = s.opts.Now()
 		}
-		if m.Source == "" {
-			m.Source = "local"
-		}
+		m.Source = cmp.Or(m.Source, "local")
 		rec := Record{Entry: e, Meta: m}
 		at := s.orderAt(&rec)
 		// Encoding happens here, on the caller's goroutine, so the single

@@ -42,11 +42,7 @@ func cmdExport(e *env, args []string) error {
 	home := homeFlag(fs)
 	since := fs.String("since", "", "only records from T on: 2026-07-01, an RFC 3339 time, a duration back (24h) or Unix ms")
 	author := fs.String("author", "", "only records created by this nodeId")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	from, err := sinceFlag(*since, time.Now())
@@ -61,13 +57,10 @@ func cmdExport(e *env, args []string) error {
 	w := bufio.NewWriter(e.stdout)
 	n := 0
 	for after := ""; ; {
-		raw, err := s.c.Call(s.ctx, ipc.TypeExport, map[string]any{"since": from, "author": *author, "after": after})
-		if err != nil {
-			return daemonErr(err)
-		}
 		var page node.ExportPage
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return fmt.Errorf("daemon sent an unreadable export page: %w", err)
+		req := map[string]any{"since": from, "author": *author, "after": after}
+		if _, err := s.fetch(e, ipc.TypeExport, req, false, &page, "an unreadable export page"); err != nil {
+			return err
 		}
 		for _, l := range page.Records {
 			b, err := json.Marshal(l)
@@ -107,11 +100,7 @@ type importLine struct {
 func cmdImport(e *env, args []string) error {
 	fs := newFlags(e, "import", "import [--home DIR] [--json] < memories.ndjson")
 	home, asJSON := clientFlags(fs)
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	s, done, err := connect(e, *home)
@@ -141,12 +130,8 @@ func cmdImport(e *env, args []string) error {
 			lines[i] = b.line
 		}
 		var res node.ImportResult
-		raw, err := s.c.Call(s.ctx, ipc.TypeImport, map[string]any{"records": lines})
-		if err != nil {
-			return daemonErr(err)
-		}
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return fmt.Errorf("daemon sent an unreadable import result: %w", err)
+		if _, err := s.fetch(e, ipc.TypeImport, map[string]any{"records": lines}, false, &res, "an unreadable import result"); err != nil {
+			return err
 		}
 		total.Imported += res.Imported
 		total.Duplicates += res.Duplicates
@@ -255,11 +240,7 @@ func parseImportLine(b []byte) (node.ExportLine, error) {
 func cmdCheck(e *env, args []string) error {
 	fs := newFlags(e, "check", "check [--home DIR] [--json]")
 	home, asJSON := clientFlags(fs)
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	h, err := resolveHome(*home)

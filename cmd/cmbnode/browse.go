@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -17,11 +18,7 @@ func cmdList(e *env, args []string) error {
 	since := fs.Duration("since", 0, "only memories at most this old, e.g. 1h, 30m (0: any age)")
 	author := fs.String("author", "", "only memories by this author: a nodeId, or a node's name")
 	limit := fs.Int("limit", 20, "at most this many (1–1000)")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {
@@ -62,10 +59,7 @@ func cmdList(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGE\tKEY\tAUTHOR\tFOCUS")
 	for _, m := range mem {
-		by := names[m.CreatedBy]
-		if by == "" {
-			by = truncate(m.CreatedBy, 13)
-		}
+		by := cmp.Or(names[m.CreatedBy], truncate(m.CreatedBy, 13))
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", relTime(time.UnixMilli(m.CreatedAt), now), m.Key, truncate(by, 24), truncate(m.Fields["focus"].Text, 60))
 	}
 	return tw.Flush()

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"cmbnode/node/cgpnode"
+	"cmbnode/node/config"
 	"cmbnode/node/daemon"
 )
 
@@ -14,15 +15,11 @@ func shimArgs(e *env, name, protocol string, args []string) (home string, log *s
 	flags := newFlags(e, name, name+" [--home DIR] [--log-level L]   (a host spawns this; stdout carries only "+protocol+")")
 	homeDir := homeFlag(flags)
 	level := flags.String("log-level", "warn", "stderr log level: debug, info, warn or error")
-	if rest, err := e.parse(flags, args); err != nil {
+	if err := e.parseNone(flags, args); err != nil {
 		return "", nil, err
-	} else if len(rest) > 0 {
-		return "", nil, usagef("unexpected argument %q", rest[0])
 	}
-	switch *level {
-	case "debug", "info", "warn", "error":
-	default:
-		return "", nil, usagef("--log-level %q: use debug, info, warn or error", *level)
+	if err := config.CheckLogLevel(*level); err != nil {
+		return "", nil, usagef("--log-level %v", err)
 	}
 	if home, err = resolveHome(*homeDir); err != nil {
 		return "", nil, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,32 +69,40 @@ func noDaemon(home, sock string) error {
 }
 
 // request runs an argument-less client command (flags --home and --json)
-// as one request. With --json it prints the reply and returns a nil reply;
-// otherwise it returns the reply and the socket it went to for the caller
-// to render.
-func request(e *env, args []string, name, typ string) (json.RawMessage, string, error) {
+// as one request, its reply decoded into out (fetch). It returns the socket
+// it went to for the caller to render, or "" when --json printed the reply.
+func request(e *env, args []string, name, typ string, out any, what string) (string, error) {
 	fs := newFlags(e, name, name+" [--home DIR] [--json]")
 	home, asJSON := clientFlags(fs)
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := noArgs(rest); err != nil {
-		return nil, "", err
+	if err := e.parseNone(fs, args); err != nil {
+		return "", err
 	}
 	s, done, err := connect(e, *home)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	defer done()
-	raw, err := s.c.Call(s.ctx, typ, nil)
+	if printed, err := s.fetch(e, typ, nil, *asJSON, out, what); printed || err != nil {
+		return "", err
+	}
+	return s.c.Path(), nil
+}
+
+// fetch sends one request. With asJSON it prints the reply's payload and
+// says so (printed); otherwise it decodes the reply into out, what naming
+// the reply in the error when it is unreadable.
+func (s *session) fetch(e *env, typ string, req any, asJSON bool, out any, what string) (printed bool, err error) {
+	raw, err := s.c.Call(s.ctx, typ, req)
 	if err != nil {
-		return nil, "", daemonErr(err)
+		return false, daemonErr(err)
 	}
-	if *asJSON {
-		return nil, "", printPayload(e.stdout, raw)
+	if asJSON {
+		return true, printPayload(e.stdout, raw)
 	}
-	return raw, s.c.Path(), nil
+	if err := json.Unmarshal(raw, out); err != nil {
+		return false, fmt.Errorf("daemon sent %s: %w", what, err)
+	}
+	return false, nil
 }
 
 // daemonErr renders an error reply as one line naming its code.
@@ -120,7 +129,12 @@ func printPayload(w io.Writer, raw json.RawMessage) error {
 	return writeJSON(w, m)
 }
 
-func noArgs(rest []string) error {
+// parseNone parses the flags of a command that takes no arguments.
+func (e *env) parseNone(fs *flag.FlagSet, args []string) error {
+	rest, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
 	if len(rest) > 0 {
 		return usagef("unexpected argument %q", rest[0])
 	}
@@ -128,33 +142,20 @@ func noArgs(rest []string) error {
 }
 
 func cmdStatus(e *env, args []string) error {
-	raw, sock, err := request(e, args, "status", ipc.TypeStatus)
-	if raw == nil || err != nil {
-		return err
-	}
 	var st ipc.StatusReply
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return fmt.Errorf("daemon sent an unreadable status: %w", err)
+	sock, err := request(e, args, "status", ipc.TypeStatus, &st, "an unreadable status")
+	if sock == "" || err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s (%s)\n", st.NodeID, st.Name)
 	fmt.Fprintf(tw, "version\t%s (MMP %s)\n", st.Version, st.ProtocolVersion)
 	fmt.Fprintf(tw, "group\t%s\n", st.Group)
-	peerID := st.PeerID
-	if peerID == "" {
-		peerID = "- (not on the mesh)"
-	}
-	fmt.Fprintf(tw, "peerId\t%s\n", peerID)
+	fmt.Fprintf(tw, "peerId\t%s\n", cmp.Or(st.PeerID, "- (not on the mesh)"))
 	if len(st.Addrs) == 0 {
 		fmt.Fprintf(tw, "addrs\t-\n")
 	}
-	for i, a := range st.Addrs {
-		label := ""
-		if i == 0 {
-			label = "addrs"
-		}
-		fmt.Fprintf(tw, "%s\t%s\n", label, a)
-	}
+	printRows(tw, "addrs", st.Addrs)
 	fmt.Fprintf(tw, "peers\t%d\n", st.Peers)
 	if st.PeerID != "" {
 		fmt.Fprintf(tw, "bootstrap\t%s\n", bootstrapLine(st.Bootstrap))
@@ -173,11 +174,7 @@ func cmdStatus(e *env, args []string) error {
 			how = "set in config"
 		}
 		fmt.Fprintf(tw, "reach\t%s (%s)\n", r.Reachability, how)
-		relays := "-"
-		if len(r.Relays) > 0 {
-			relays = strings.Join(r.Relays, ", ")
-		}
-		fmt.Fprintf(tw, "relays\t%s\n", relays)
+		fmt.Fprintf(tw, "relays\t%s\n", cmp.Or(strings.Join(r.Relays, ", "), "-"))
 		if r.RelayService {
 			fmt.Fprintf(tw, "relaying\ton, for members (reservations granted %d, refused %d)\n", r.RelayReservations, r.RelayRefused)
 		}
@@ -275,16 +272,12 @@ func refusedLine(rs []node.RefusedPeer) string {
 }
 
 func cmdPeers(e *env, args []string) error {
-	raw, _, err := request(e, args, "peers", ipc.TypePeers)
-	if raw == nil || err != nil {
-		return err
-	}
 	var r struct {
 		Peers     []node.PeerInfo `json:"peers"`
 		Conflicts []node.Conflict `json:"conflicts"`
 	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return fmt.Errorf("daemon sent an unreadable peer list: %w", err)
+	if sock, err := request(e, args, "peers", ipc.TypePeers, &r, "an unreadable peer list"); sock == "" || err != nil {
+		return err
 	}
 	printConflicts(e, r.Conflicts)
 	if len(r.Peers) == 0 {
@@ -306,26 +299,12 @@ func cmdPeers(e *env, args []string) error {
 		fmt.Fprintf(tw, "group\t%s\n", p.Group)
 		fmt.Fprintf(tw, "version\t%s\n", truncate(v, 60))
 		fmt.Fprintf(tw, "peerId\t%s\n", p.PeerID)
-		conn := p.Conn
-		if conn == "" {
-			conn = "-"
-		}
-		fmt.Fprintf(tw, "conn\t%s\n", conn)
-		x := p.E2EPublicKey
-		if x == "" {
-			x = "-"
-		}
-		fmt.Fprintf(tw, "x25519\t%s\n", x)
+		fmt.Fprintf(tw, "conn\t%s\n", cmp.Or(p.Conn, "-"))
+		fmt.Fprintf(tw, "x25519\t%s\n", cmp.Or(p.E2EPublicKey, "-"))
 		if len(p.Addrs) == 0 {
 			fmt.Fprintf(tw, "addrs\t-\n")
 		}
-		for j, a := range p.Addrs {
-			label := ""
-			if j == 0 {
-				label = "addrs"
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", label, a)
-		}
+		printRows(tw, "addrs", p.Addrs)
 	}
 	return tw.Flush()
 }
@@ -365,11 +344,7 @@ func cmdRemember(e *env, args []string) error {
 	var parents listFlag
 	fs.Var(&parents, "parent", "key, or unique key prefix, of a record this one builds on (repeatable)")
 	to := fs.String("to", "", "recipient: a nodeId, or the name of a peer (unique among peers); seal the record for that node only")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	if strings.TrimSpace(*texts["focus"]) == "" {
@@ -444,13 +419,6 @@ func cmdRecall(e *env, args []string) error {
 	if *minScore > 0 {
 		req["min_score"] = *minScore
 	}
-	raw, err := s.c.Call(s.ctx, ipc.TypeRecall, req)
-	if err != nil {
-		return daemonErr(err)
-	}
-	if *asJSON {
-		return printPayload(e.stdout, raw)
-	}
 	var r struct {
 		Results []struct {
 			Key       string                           `json:"key"`
@@ -460,8 +428,8 @@ func cmdRecall(e *env, args []string) error {
 			Score     float64                          `json:"score"`
 		} `json:"results"`
 	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return fmt.Errorf("daemon sent unreadable results: %w", err)
+	if printed, err := s.fetch(e, ipc.TypeRecall, req, *asJSON, &r, "unreadable results"); printed || err != nil {
+		return err
 	}
 	if len(r.Results) == 0 {
 		fmt.Fprintf(e.stdout, "no matches for %q\n", query)
@@ -537,24 +505,16 @@ func cmdGet(e *env, args []string) error {
 	if rec.To != "" {
 		fmt.Fprintf(tw, "to\t%s\n", rec.To)
 	}
-	for i, p := range rec.Parents() {
-		label := ""
-		if i == 0 {
-			label = "parents"
-		}
-		fmt.Fprintf(tw, "%s\t%s\n", label, p)
-	}
+	printRows(tw, "parents", rec.Parents())
 	fmt.Fprintf(tw, "stored\t%s, from %s\n", relTime(time.UnixMilli(g.StoredAt), now), g.Source)
 	if !g.KeyConfirmed {
 		fmt.Fprintf(tw, "authorKey\tunconfirmed (known only from gossip, never from a handshake)\n")
 	}
-	for i, a := range g.Assertions {
-		label := ""
-		if i == 0 {
-			label = "alsoBy"
-		}
-		fmt.Fprintf(tw, "%s\t%s, %s (their own signed record of the same text; --json has it)\n", label, a.CreatedBy, relTime(time.UnixMilli(a.CreatedAt), now))
+	var alsoBy []string
+	for _, a := range g.Assertions {
+		alsoBy = append(alsoBy, fmt.Sprintf("%s, %s (their own signed record of the same text; --json has it)", a.CreatedBy, relTime(time.UnixMilli(a.CreatedAt), now)))
 	}
+	printRows(tw, "alsoBy", alsoBy)
 	if rec.IsSealed() {
 		fmt.Fprintf(tw, "fields\t(sealed)\n")
 	} else {
@@ -597,20 +557,14 @@ func cmdLineage(e *env, args []string) error {
 		return err
 	}
 	defer done()
-	raw, err := s.c.Call(s.ctx, ipc.TypeLineage, map[string]any{"key": key, "depth": *depth})
-	if err != nil {
-		return daemonErr(err)
-	}
-	if *asJSON {
-		return printPayload(e.stdout, raw)
-	}
 	var l struct {
 		Key         string   `json:"key"`
 		Ancestors   []string `json:"ancestors"`
 		Descendants []string `json:"descendants"`
 	}
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return fmt.Errorf("daemon sent an unreadable lineage: %w", err)
+	req := map[string]any{"key": key, "depth": *depth}
+	if printed, err := s.fetch(e, ipc.TypeLineage, req, *asJSON, &l, "an unreadable lineage"); printed || err != nil {
+		return err
 	}
 	fmt.Fprintln(e.stdout, l.Key) // resolved from a prefix
 	now := time.Now()
@@ -653,6 +607,17 @@ func (s *session) summary(key string, now time.Time) string {
 		return relTime(time.UnixMilli(rec.CreatedAt), now) + "\t(sealed)"
 	}
 	return relTime(time.UnixMilli(rec.CreatedAt), now) + "\t" + truncate(rec.Fields[cmb.Focus].Text, 60)
+}
+
+// printRows writes one row of tw for each value, the first labeled name
+// and the rest under it; no values, no rows.
+func printRows(tw io.Writer, name string, values []string) {
+	for i, v := range values {
+		if i > 0 {
+			name = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", name, v)
+	}
 }
 
 // relTime says how long ago t was, coarsely: "just now", "42s ago",
@@ -712,13 +677,10 @@ func cmdTrust(e *env, args []string) error {
 		return err
 	}
 	defer done()
-	raw, err := s.c.Call(s.ctx, ipc.TypeTrust, map[string]any{"nodeId": rest[0], "key": rest[1]})
-	if err != nil {
-		return daemonErr(err)
-	}
 	var res node.TrustResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return fmt.Errorf("daemon sent an unreadable trust result: %w", err)
+	req := map[string]any{"nodeId": rest[0], "key": rest[1]}
+	if _, err := s.fetch(e, ipc.TypeTrust, req, false, &res, "an unreadable trust result"); err != nil {
+		return err
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, res)

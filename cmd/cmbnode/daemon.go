@@ -4,7 +4,6 @@ import (
 	"flag"
 	"strings"
 
-	"cmbnode/group"
 	"cmbnode/node/daemon"
 )
 
@@ -17,80 +16,49 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// ifGiven is v when the flag named name was given on the command line, else nil.
+func ifGiven[T any](given map[string]bool, name string, v *T) *T {
+	if given[name] {
+		return v
+	}
+	return nil
+}
+
 func cmdDaemon(e *env, args []string) error {
 	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
 	home := homeFlag(fs)
+	// Only flags given on the command line override the file.
+	var o daemon.Overrides
 	grp := fs.String("group", "", "mesh group to join (overrides config.toml; default \"default\")")
 	public := fs.Bool("public", false, "make the group name-only, for plain MMP nodes: anyone who knows the name can join and read (overrides config.toml)")
-	var listen, bootstrap, relays listFlag
-	fs.Var(&listen, "listen", "libp2p listen multiaddr (repeatable; overrides config.toml)")
-	fs.Var(&bootstrap, "bootstrap", "peer to dial, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
-	fs.Var(&relays, "relay", "a member relaying for the group, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
+	fs.Var((*listFlag)(&o.Listen), "listen", "libp2p listen multiaddr (repeatable; overrides config.toml)")
+	fs.Var((*listFlag)(&o.Bootstrap), "bootstrap", "peer to dial, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
+	fs.Var((*listFlag)(&o.Relays), "relay", "a member relaying for the group, a full multiaddr with /p2p/ (repeatable; overrides config.toml)")
 	relayService := fs.Bool("relay-service", false, "relay for the group's members (on a member with a public address)")
 	reach := fs.String("reachability", "", "auto, public or private (default auto: AutoNAT decides)")
 	natPortMap := fs.Bool("nat-port-map", false, "ask the router for a port mapping (UPnP / NAT-PMP)")
-	noMDNS := fs.Bool("no-mdns", false, "turn LAN discovery off")
+	fs.BoolVar(&o.NoMDNS, "no-mdns", false, "turn LAN discovery off")
 	cgpHTTP := fs.String("cgp-http", "", "serve Context Graph Protocol over HTTP at ADDR, e.g. 127.0.0.1:7474")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at ADDR, e.g. 127.0.0.1:9464")
 	retention := fs.Duration("retention", 0, "purge records older than this, e.g. 720h (0 keeps everything)")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
-	if rest, err := e.parse(fs, args); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usagef("unexpected argument %q", rest[0])
 	}
-	// Only flags given on the command line override the file.
-	var o daemon.Overrides
-	var badFlag error
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "group":
-			if err := group.Validate(*grp); err != nil {
-				badFlag = usagef("--group: %v", err)
-			}
-			o.Group = grp
-		case "public":
-			o.Public = public
-		case "listen":
-			o.Listen = listen
-		case "bootstrap":
-			o.Bootstrap = bootstrap
-		case "relay":
-			o.Relays = relays
-		case "relay-service":
-			o.RelayService = relayService
-		case "reachability":
-			o.Reachability = reach
-		case "nat-port-map":
-			o.NATPortMap = natPortMap
-		case "no-mdns":
-			o.NoMDNS = *noMDNS
-		case "cgp-http":
-			o.CGPHTTP = cgpHTTP
-		case "metrics":
-			o.Metrics = metrics
-		case "retention":
-			if *retention < 0 {
-				badFlag = usagef("--retention must not be negative")
-			}
-			r := *retention
-			o.Retention = &r
-		case "log-json":
-			o.LogJSON = logJSON
-		case "log-level":
-			switch *logLevel {
-			case "debug", "info", "warn", "error":
-			default:
-				badFlag = usagef("--log-level %q: use debug, info, warn or error", *logLevel)
-			}
-			o.LogLevel = logLevel
-		}
-	})
-	if badFlag != nil {
-		return badFlag
-	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	o.Group = ifGiven(given, "group", grp)
+	o.Public = ifGiven(given, "public", public)
+	o.RelayService = ifGiven(given, "relay-service", relayService)
+	o.Reachability = ifGiven(given, "reachability", reach)
+	o.NATPortMap = ifGiven(given, "nat-port-map", natPortMap)
+	o.CGPHTTP = ifGiven(given, "cgp-http", cgpHTTP)
+	o.Metrics = ifGiven(given, "metrics", metrics)
+	o.Retention = ifGiven(given, "retention", retention)
+	o.LogJSON = ifGiven(given, "log-json", logJSON)
+	o.LogLevel = ifGiven(given, "log-level", logLevel)
 	if err := o.Validate(); err != nil {
 		return usagef("%v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -27,31 +26,29 @@ import (
 // an invite; nothing here logs it.
 
 func cmdGroup(e *env, args []string) error {
-	tools := map[string]func(*env, []string) error{"create": groupCreate, "rotate": groupRotate, "show": groupShow}
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
-		fmt.Fprintln(e.stdout, `Usage: cmbnode group <create|rotate|show> [flags]
+	return subcommand(e, args, e.stdout, "subcommand", "create, rotate or show", `Usage: cmbnode group <create|rotate|show> [flags]
 
   create NAME  make private group NAME with a new random secret in this home
   rotate       add a new secret epoch to this home's group and print its invite
-  show         the group's name, whether it is private, and its epochs (never the secret)`)
-		if len(args) == 0 {
-			return usagef("name a subcommand: create, rotate or show")
-		}
-		return nil
-	}
-	tool, ok := tools[args[0]]
-	if !ok {
-		return usagef("unknown subcommand %q: use create, rotate or show", args[0])
-	}
-	return tool(e, args[1:])
+  show         the group's name, whether it is private, and its epochs (never the secret)`,
+		map[string]func(*env, []string) error{"create": groupCreate, "rotate": groupRotate, "show": groupShow})
 }
 
-// loadConfig reads home's config, the defaults when there is none.
-func loadConfig(home string) (config.Config, bool, error) {
-	_, err := os.Stat(config.Path(home))
-	exists := err == nil
-	c, err := config.Load(home)
-	return c, exists, err
+// homeConfig resolves the home (made, mode 0700, if mkdir) and reads its
+// config, the defaults when there is none (exists false).
+func homeConfig(flagValue string, mkdir bool) (home string, c config.Config, exists bool, err error) {
+	if home, err = resolveHome(flagValue); err != nil {
+		return "", c, false, err
+	}
+	if mkdir {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return "", c, false, err
+		}
+	}
+	_, err = os.Stat(config.Path(home))
+	exists = err == nil
+	c, err = config.Load(home)
+	return home, c, exists, err
 }
 
 func groupCreate(e *env, args []string) error {
@@ -68,14 +65,7 @@ func groupCreate(e *env, args []string) error {
 	if err := group.Validate(name); err != nil {
 		return usagef("%v", err)
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(h, 0o700); err != nil {
-		return err
-	}
-	c, exists, err := loadConfig(h)
+	h, c, exists, err := homeConfig(*home, true)
 	if err != nil {
 		return err
 	}
@@ -99,15 +89,7 @@ func groupCreate(e *env, args []string) error {
 }
 
 func groupRotate(e *env, args []string) error {
-	fs := newFlags(e, "group rotate", "group rotate [--home DIR] [--expires DURATION] [--addr MADDR]…")
-	home := homeFlag(fs)
-	expires, addrs := inviteFlags(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
-		return err
-	}
-	h, c, err := privateHome(*home)
+	h, c, expires, addrs, err := inviteCmd(e, "group rotate", args)
 	if err != nil {
 		return err
 	}
@@ -115,7 +97,7 @@ func groupRotate(e *env, args []string) error {
 	if err != nil {
 		return groupErr(err, h)
 	}
-	line, err := makeInvite(e, h, g, ep, *expires, *addrs)
+	line, err := makeInvite(e, h, g, ep, expires, addrs)
 	if err != nil {
 		return err
 	}
@@ -129,16 +111,10 @@ func groupRotate(e *env, args []string) error {
 func groupShow(e *env, args []string) error {
 	fs := newFlags(e, "group show", "group show [--home DIR]")
 	home := homeFlag(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	c, _, err := loadConfig(h)
+	h, c, _, err := homeConfig(*home, false)
 	if err != nil {
 		return err
 	}
@@ -161,39 +137,28 @@ func groupShow(e *env, args []string) error {
 	return nil
 }
 
-func inviteFlags(fs *flag.FlagSet) (*time.Duration, *listFlag) {
+// inviteCmd parses the flags of the commands that print an invite (name:
+// group rotate, invite) and resolves the home, whose config must name a
+// private group.
+func inviteCmd(e *env, name string, args []string) (h string, c config.Config, expires time.Duration, addrs []string, err error) {
+	fs := newFlags(e, name, name+" [--home DIR] [--expires DURATION] [--addr MADDR]…")
+	home := homeFlag(fs)
 	exp := fs.Duration("expires", 0, "the invite expires after this, e.g. 24h (0: never; an expiry guards against stale pastes, it revokes nothing)")
-	var addrs listFlag
-	fs.Var(&addrs, "addr", "a dialable multiaddr with /p2p/ to put in the invite (repeatable; default: the running daemon's)")
-	return exp, &addrs
-}
-
-// privateHome resolves the home and its config, which must name a private group.
-func privateHome(flagValue string) (string, config.Config, error) {
-	h, err := resolveHome(flagValue)
-	if err != nil {
-		return "", config.Config{}, err
+	fs.Var((*listFlag)(&addrs), "addr", "a dialable multiaddr with /p2p/ to put in the invite (repeatable; default: the running daemon's)")
+	if err := e.parseNone(fs, args); err != nil {
+		return "", c, 0, nil, err
 	}
-	c, _, err := loadConfig(h)
-	if err != nil {
-		return "", c, err
+	if h, c, _, err = homeConfig(*home, false); err != nil {
+		return "", c, 0, nil, err
 	}
 	if c.Public {
-		return "", c, fmt.Errorf("group %s is public (public = true in %s): a public group has no secret to share", c.Group, config.Path(h))
+		return "", c, 0, nil, fmt.Errorf("group %s is public (public = true in %s): a public group has no secret to share", c.Group, config.Path(h))
 	}
-	return h, c, nil
+	return h, c, *exp, addrs, nil
 }
 
 func cmdInvite(e *env, args []string) error {
-	fs := newFlags(e, "invite", "invite [--home DIR] [--expires DURATION] [--addr MADDR]…")
-	home := homeFlag(fs)
-	expires, addrs := inviteFlags(fs)
-	if rest, err := e.parse(fs, args); err != nil {
-		return err
-	} else if err := noArgs(rest); err != nil {
-		return err
-	}
-	h, c, err := privateHome(*home)
+	h, c, expires, addrs, err := inviteCmd(e, "invite", args)
 	if err != nil {
 		return err
 	}
@@ -204,7 +169,7 @@ func cmdInvite(e *env, args []string) error {
 	if err != nil {
 		return groupErr(err, h)
 	}
-	line, err := makeInvite(e, h, g, g.Epochs[len(g.Epochs)-1], *expires, *addrs)
+	line, err := makeInvite(e, h, g, g.Epochs[len(g.Epochs)-1], expires, addrs)
 	if err != nil {
 		return err
 	}
@@ -277,14 +242,7 @@ func cmdJoin(e *env, args []string) error {
 	if err != nil {
 		return err // one line naming what is wrong
 	}
-	h, err := resolveHome(*home)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(h, 0o700); err != nil {
-		return err
-	}
-	c, exists, err := loadConfig(h)
+	h, c, exists, err := homeConfig(*home, true)
 	if err != nil {
 		return err
 	}

@@ -115,6 +115,25 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'cmbnode <command> --help' for a command's flags.")
 }
 
+// subcommand runs the one of tools that args[0] names (a kind: "tool"),
+// listed for a person as list. --help prints help to stdout; no name at all
+// prints it to noneW and is a usage error.
+func subcommand(e *env, args []string, noneW io.Writer, kind, list, help string, tools map[string]func(*env, []string) error) error {
+	if len(args) == 0 {
+		fmt.Fprintln(noneW, help)
+		return usagef("name a %s: %s", kind, list)
+	}
+	if args[0] == "--help" || args[0] == "-h" {
+		fmt.Fprintln(e.stdout, help)
+		return nil
+	}
+	tool, ok := tools[args[0]]
+	if !ok {
+		return usagef("unknown %s %q: use %s", kind, args[0], list)
+	}
+	return tool(e, args[1:])
+}
+
 // usageError is a mistake in how the command was called: exit 2.
 type usageError struct{ msg string }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -37,10 +38,8 @@ func cmdInit(e *env, args []string) error {
 	grp := fs.String("group", group.Default, "mesh group to join")
 	public := fs.Bool("public", false, "a name-only group (anyone who knows the name can join and read); default: private, with a secret made on first start")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if rest, err := e.parse(fs, args); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usagef("unexpected argument %q", rest[0])
 	}
 	if err := group.Validate(*grp); err != nil {
 		return usagef("--group: %v", err)
@@ -71,15 +70,8 @@ func cmdInit(e *env, args []string) error {
 }
 
 func cmdCMB(e *env, args []string) error {
-	tools := map[string]func(*env, []string) error{
-		"key": cmbKey, "sign": cmbSign, "verify": cmbVerify, "seal": cmbSeal, "open": cmbOpen,
-	}
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
-		w := e.stdout
-		if len(args) == 0 {
-			w = e.stderr // a usage error: the usage goes with it
-		}
-		fmt.Fprintln(w, `Usage: cmbnode cmb <tool> [flags] < record.json
+	// Without a tool the usage goes with the usage error, to stderr.
+	return subcommand(e, args, e.stderr, "tool", "key, sign, verify, seal or open", `Usage: cmbnode cmb <tool> [flags] < record.json
 
   key     print the record's content address (cmb1-, or legacy cmb- if it has one)
   sign    fill in key, sig, sigAlg (and createdBy, createdAt, group if absent); print the record
@@ -88,17 +80,8 @@ func cmdCMB(e *env, args []string) error {
   open    decrypt a sealed record's fields
 
 Fields may be given as {"text": …} objects or plain strings; a missing or empty
-field counts as "neutral" (MMP §14 A1).`)
-		if len(args) == 0 {
-			return usagef("name a tool: key, sign, verify, seal or open")
-		}
-		return nil
-	}
-	tool, ok := tools[args[0]]
-	if !ok {
-		return usagef("unknown tool %q: use key, sign, verify, seal or open", args[0])
-	}
-	return tool(e, args[1:])
+field counts as "neutral" (MMP §14 A1).`,
+		map[string]func(*env, []string) error{"key": cmbKey, "sign": cmbSign, "verify": cmbVerify, "seal": cmbSeal, "open": cmbOpen})
 }
 
 // readInput reads one record as an author writes it (cmb.DecodeDraft), first
@@ -240,13 +223,7 @@ func cmbVerify(e *env, args []string) error {
 			return &rejected{"rejected: sealed: " + err.Error()}
 		}
 	}
-	aud := cmb.Audience{Group: *grp, Self: *node}
-	if aud.Group == "" {
-		aud.Group = group.Normalize(r.Group)
-	}
-	if aud.Self == "" {
-		aud.Self = r.To
-	}
+	aud := cmb.Audience{Group: cmp.Or(*grp, group.Normalize(r.Group)), Self: cmp.Or(*node, r.To)}
 	if err := r.Verify(cmb.Policy{Audience: aud, AuthorKey: pub}); err != nil {
 		return &rejected{"rejected: " + err.Error()}
 	}

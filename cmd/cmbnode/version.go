@@ -20,11 +20,7 @@ func version() string {
 func cmdVersion(e *env, args []string) error {
 	fs := newFlags(e, "version", "version [--json]")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	if *asJSON {

@@ -6,6 +6,7 @@
 package walk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -274,20 +275,14 @@ func cut(v Vertex, asOf *time.Time) bool {
 }
 
 func byTime(at time.Time, ak string, bt time.Time, bk string) int {
-	if c := at.Compare(bt); c != 0 {
-		return c
-	}
-	return strings.Compare(ak, bk)
+	return cmp.Or(at.Compare(bt), strings.Compare(ak, bk))
 }
 
 // nearestFirst orders nodes by depth, then key: the order does not depend
 // on how the store lists children.
 func nearestFirst(nodes []Node) []Node {
 	slices.SortFunc(nodes, func(a, b Node) int {
-		if a.Depth != b.Depth {
-			return a.Depth - b.Depth
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(a.Depth, b.Depth), strings.Compare(a.Key, b.Key))
 	})
 	return nodes
 }

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -201,25 +202,13 @@ func (c *Config) Validate() error {
 	if err := group.Validate(c.Group); err != nil {
 		return fmt.Errorf("group: %w", err)
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log_level %q: use debug, info, warn or error", c.LogLevel)
+	if err := CheckLogLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("log_level %w", err)
 	}
-	for _, a := range c.Listen {
-		if err := CheckListen(a); err != nil {
-			return fmt.Errorf("listen: %w", err)
-		}
-	}
-	for _, a := range c.Bootstrap {
-		if err := CheckBootstrap(a); err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-	}
-	for _, a := range c.Relays {
-		if err := CheckBootstrap(a); err != nil {
-			return fmt.Errorf("relays: %w", err)
-		}
+	if err := cmp.Or(CheckEach("listen", c.Listen, CheckListen),
+		CheckEach("bootstrap", c.Bootstrap, CheckBootstrap),
+		CheckEach("relays", c.Relays, CheckBootstrap)); err != nil {
+		return err
 	}
 	if err := CheckReachability(c.Reachability); err != nil {
 		return fmt.Errorf("reachability: %w", err)
@@ -239,6 +228,26 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.validateRecall()
+}
+
+// CheckLogLevel checks a log level: debug, info, warn or error.
+func CheckLogLevel(l string) error {
+	switch l {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("%q: use debug, info, warn or error", l)
+}
+
+// CheckEach runs check on each of addrs, naming setting (the key or flag
+// that gave them) in the error.
+func CheckEach(setting string, addrs []string, check func(string) error) error {
+	for _, a := range addrs {
+		if err := check(a); err != nil {
+			return fmt.Errorf("%s: %w", setting, err)
+		}
+	}
+	return nil
 }
 
 // CheckListen checks one listen address: a multiaddr.
@@ -293,31 +302,35 @@ func Write(home string, c Config) error {
 		}
 		return fmt.Errorf("write config: %w", err)
 	}
-	if _, err := f.WriteString(Render(c)); err != nil {
-		f.Close()
-		return fmt.Errorf("write config %s: %w", path, err)
+	_, err = f.WriteString(Render(c))
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("write config %s: %w", path, err)
 	}
 	return f.Close()
 }
 
+// quote is s as a TOML string.
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// tomlList is xs as a TOML array of strings.
+func tomlList(xs []string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = quote(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
 // Render returns c as a commented config.toml.
 func Render(c Config) string {
 	var b strings.Builder
-	q := func(s string) string { return fmt.Sprintf("%q", s) }
-	list := func(xs []string) string {
-		parts := make([]string, len(xs))
-		for i, x := range xs {
-			parts[i] = q(x)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	}
 	token := `# cgp_http_token = ""`
 	if c.CGPHTTPToken != "" {
-		token = "cgp_http_token = " + q(c.CGPHTTPToken)
+		token = "cgp_http_token = " + quote(c.CGPHTTPToken)
 	}
 	fmt.Fprintf(&b, `# cmbnode configuration. Flags given to "cmbnode daemon" override these
 # settings. The node's identity (nodeId, name, keys) is in identity.json.
@@ -402,7 +415,7 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, q(c.Group), c.Public, q(c.RotationGrace.String()), list(c.Listen), list(c.Bootstrap), list(c.Relays), c.RelayService, q(c.Reachability), c.NATPortMap, c.MDNS, q(c.CGPHTTP), token, q(c.Metrics), q(c.Retention.String()), q(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, q(c.LogLevel))
+`, quote(c.Group), c.Public, quote(c.RotationGrace.String()), tomlList(c.Listen), tomlList(c.Bootstrap), tomlList(c.Relays), c.RelayService, quote(c.Reachability), c.NATPortMap, c.MDNS, quote(c.CGPHTTP), token, quote(c.Metrics), quote(c.Retention.String()), quote(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, quote(c.LogLevel))
 	b.WriteString(renderRecall(c))
 	b.WriteString(renderAdmission(c))
 	return b.String()

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"cmbnode/node/embed"
@@ -100,18 +99,10 @@ func (c *Config) validateRecall() error {
 			return fmt.Errorf("svaf.field_weights: %q is not a field (focus, issue, intent, motivation, commitment, perspective, mood)", f)
 		}
 	}
-	if err := c.SVAF.Evaluator().Validate(); err != nil {
-		return err
-	}
-	return nil
+	return c.SVAF.Evaluator().Validate()
 }
 
 func renderRecall(c Config) string {
-	q := func(s string) string { return fmt.Sprintf("%q", s) }
-	surf := make([]string, len(c.SVAF.Surface))
-	for i, s := range c.SVAF.Surface {
-		surf[i] = q(s)
-	}
 	return fmt.Sprintf(`
 # A dense encoder (off unless url is set): an OpenAI-compatible embeddings
 # endpoint, e.g. a local Ollama at "http://127.0.0.1:11434/v1" with model
@@ -140,7 +131,7 @@ floor = %v
 # MMP's strict reading is ["aligned", "guarded"]. The thresholds and the
 # freshness τ are MMP §10.2's uniform profile.
 [svaf]
-surface = [%s]
+surface = %s
 recent_anchors = %d
 nearest_anchors = %d
 redundant = %v
@@ -149,6 +140,6 @@ guarded = %v
 temporal_lambda = %v
 freshness = %s
 # field_weights = { focus = 2, issue = 1.5, intent = 1.5 }
-`, q(c.Embeddings.URL), q(c.Embeddings.Model), c.Embeddings.Dimensions, q(c.Embeddings.Timeout.String()), c.Embeddings.Batch, c.Embeddings.Floor,
-		strings.Join(surf, ", "), c.SVAF.RecentAnchors, c.SVAF.NearestAnchors, c.SVAF.Redundant, c.SVAF.Aligned, c.SVAF.Guarded, c.SVAF.Lambda, q(c.SVAF.Freshness.String()))
+`, quote(c.Embeddings.URL), quote(c.Embeddings.Model), c.Embeddings.Dimensions, quote(c.Embeddings.Timeout.String()), c.Embeddings.Batch, c.Embeddings.Floor,
+		tomlList(c.SVAF.Surface), c.SVAF.RecentAnchors, c.SVAF.NearestAnchors, c.SVAF.Redundant, c.SVAF.Aligned, c.SVAF.Guarded, c.SVAF.Lambda, quote(c.SVAF.Freshness.String()))
 }

@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,15 +89,9 @@ type Overrides struct {
 func (o Overrides) Apply(c *config.Config) {
 	override(&c.Group, o.Group)
 	override(&c.Public, o.Public)
-	if len(o.Listen) > 0 {
-		c.Listen = append([]string(nil), o.Listen...)
-	}
-	if len(o.Bootstrap) > 0 {
-		c.Bootstrap = append([]string(nil), o.Bootstrap...)
-	}
-	if len(o.Relays) > 0 {
-		c.Relays = append([]string(nil), o.Relays...)
-	}
+	overrideList(&c.Listen, o.Listen)
+	overrideList(&c.Bootstrap, o.Bootstrap)
+	overrideList(&c.Relays, o.Relays)
 	override(&c.RelayService, o.RelayService)
 	override(&c.Reachability, o.Reachability)
 	override(&c.NATPortMap, o.NATPortMap)
@@ -113,25 +108,23 @@ func (o Overrides) Apply(c *config.Config) {
 // Validate checks each given flag's value on its own, naming the flag, so a
 // mistake on the command line is refused before the home is touched.
 func (o Overrides) Validate() error {
+	if o.Retention != nil && *o.Retention < 0 {
+		return errors.New("--retention must not be negative")
+	}
+	if o.LogLevel != nil {
+		if err := config.CheckLogLevel(*o.LogLevel); err != nil {
+			return fmt.Errorf("--log-level %w", err)
+		}
+	}
 	if o.Group != nil {
 		if err := group.Validate(*o.Group); err != nil {
 			return fmt.Errorf("--group: %w", err)
 		}
 	}
-	for _, a := range o.Listen {
-		if err := config.CheckListen(a); err != nil {
-			return fmt.Errorf("--listen: %w", err)
-		}
-	}
-	for _, a := range o.Bootstrap {
-		if err := config.CheckBootstrap(a); err != nil {
-			return fmt.Errorf("--bootstrap: %w", err)
-		}
-	}
-	for _, a := range o.Relays {
-		if err := config.CheckBootstrap(a); err != nil {
-			return fmt.Errorf("--relay: %w", err)
-		}
+	if err := cmp.Or(config.CheckEach("--listen", o.Listen, config.CheckListen),
+		config.CheckEach("--bootstrap", o.Bootstrap, config.CheckBootstrap),
+		config.CheckEach("--relay", o.Relays, config.CheckBootstrap)); err != nil {
+		return err
 	}
 	if o.Reachability != nil {
 		if err := config.CheckReachability(*o.Reachability); err != nil {
@@ -145,16 +138,6 @@ func (o Overrides) Validate() error {
 			}
 		}
 	}
-	if o.Retention != nil && *o.Retention < 0 {
-		return errors.New("--retention must not be negative")
-	}
-	if o.LogLevel != nil {
-		switch *o.LogLevel {
-		case "debug", "info", "warn", "error":
-		default:
-			return fmt.Errorf("--log-level %q: use debug, info, warn or error", *o.LogLevel)
-		}
-	}
 	return nil
 }
 
@@ -162,6 +145,13 @@ func (o Overrides) Validate() error {
 func override[T any](dst, v *T) {
 	if v != nil {
 		*dst = *v
+	}
+}
+
+// overrideList sets *dst to a copy of v unless v is empty (the flag not given).
+func overrideList(dst *[]string, v []string) {
+	if len(v) > 0 {
+		*dst = append([]string(nil), v...)
 	}
 }
 
@@ -194,9 +184,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
+	opts.Version = cmp.Or(opts.Version, "dev")
 	home := opts.Home
 	// Settings first: a mistake in them leaves the home as it was.
 	if err := opts.Overrides.Validate(); err != nil {
@@ -237,9 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	so := opts.StoreOptions
 	so.Logger = log.With("component", "store")
-	if so.MaxClockSkew == 0 {
-		so.MaxClockSkew = cfg.MaxClockSkew.Duration
-	}
+	so.MaxClockSkew = cmp.Or(so.MaxClockSkew, cfg.MaxClockSkew.Duration)
 	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version}
 	a := cfg.Admission
 	nopts.Limits = node.Limits{MaxFutureSkew: a.MaxFutureSkew.Duration, AuthorRate: a.AuthorRate, AuthorBurst: a.AuthorBurst,
@@ -569,13 +555,5 @@ func CheckOffline(ctx context.Context, home string) (node.CheckResult, error) {
 		return node.CheckResult{}, err
 	}
 	defer st.Close()
-	err = st.Check(ctx)
-	var ce *store.CheckError
-	switch {
-	case err == nil:
-		return node.CheckResult{OK: true, Records: st.Count(), Problems: []string{}}, nil
-	case errors.As(err, &ce):
-		return node.CheckResult{Records: st.Count(), Problems: ce.Problems}, nil
-	}
-	return node.CheckResult{}, fmt.Errorf("check the store: %w", err)
+	return node.CheckOf(ctx, st)
 }

@@ -2,6 +2,7 @@ package embed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,17 +70,12 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 		o.Retries = 2
 	}
 	model := strings.NewReplacer("/", "-", " ", "-").Replace(strings.TrimSpace(o.Model))
-	if o.KernelID == "" {
-		o.KernelID = tokenOf(model) + "-d" + strconv.Itoa(o.Dim)
-	}
+	o.KernelID = cmp.Or(o.KernelID, tokenOf(model)+"-d"+strconv.Itoa(o.Dim))
 	k := Kernel{ID: o.KernelID, Fingerprint: model + "/" + strconv.Itoa(o.Dim) + "/l2", Dim: o.Dim}
 	if err := CheckKernel(k); err != nil {
 		return nil, err
 	}
-	h := &HTTP{o: o, k: k, client: o.Client}
-	if h.client == nil {
-		h.client = &http.Client{Timeout: o.Timeout}
-	}
+	h := &HTTP{o: o, k: k, client: cmp.Or(o.Client, &http.Client{Timeout: o.Timeout})}
 	// A number prints in at most ~24 bytes of JSON; allow that for every
 	// vector of a batch plus room for the envelope, and not a byte more.
 	h.maxLen = int64(o.BatchSize)*int64(o.Dim)*24 + 64<<10
@@ -100,10 +96,7 @@ func tokenOf(s string) string {
 	if len(t) > 48 {
 		t = t[:48]
 	}
-	if t == "" {
-		t = "model"
-	}
-	return t
+	return cmp.Or(t, "model")
 }
 
 // Kernel is the endpoint's kernel.

@@ -19,7 +19,6 @@
 package groupkey
 
 import (
-	"bytes"
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
@@ -431,9 +430,6 @@ func (k *Keyring) Open(kind byte, recordKey string, env []byte) ([]byte, uint32,
 	}
 	return pt, epoch, nil
 }
-
-// Equal reports whether two groups are the same group (same id).
-func (g Group) Equal(o Group) bool { return bytes.Equal(g.ID[:], o.ID[:]) }
 
 // NewGroup makes a group with a random id and a random epoch-1 secret.
 func NewGroup(name string, now time.Time) (Group, error) {

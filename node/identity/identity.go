@@ -137,25 +137,23 @@ func withShortID(base, nodeID string) string {
 		return base
 	}
 	suffix := "-" + hex[len(hex)-4:]
-	if max := cmb.MaxNameBytes - len(suffix); len(base) > max {
-		for max > 0 && !utf8.RuneStart(base[max]) {
-			max--
-		}
-		base = base[:max]
+	return cutBytes(base, cmb.MaxNameBytes-len(suffix)) + suffix
+}
+
+// cutBytes cuts s to at most n bytes on a rune boundary, so truncation
+// cannot leave invalid UTF-8.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return base + suffix
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func nameFromHostname(h string) string {
-	h = strings.TrimSpace(h)
-	if len(h) > cmb.MaxNameBytes {
-		// Cut on a rune boundary so truncation cannot leave invalid UTF-8.
-		cut := cmb.MaxNameBytes
-		for cut > 0 && !utf8.RuneStart(h[cut]) {
-			cut--
-		}
-		h = h[:cut]
-	}
+	h = cutBytes(strings.TrimSpace(h), cmb.MaxNameBytes)
 	if cmb.ValidateName(h) != nil {
 		return fallbackName
 	}
