@@ -63,6 +63,11 @@ type SVAFOptions struct {
 // the recent memory; a memory daemon keeps showing it.
 var DefaultSurface = []svaf.Decision{svaf.Aligned, svaf.Guarded, svaf.Rejected}
 
+// nearestTerms is how many of the incoming record's rarest terms find its
+// nearest anchors: a near-copy shares them, and the common ones would
+// make every search a pass over most of the store.
+const nearestTerms = 32
+
 // annexSVAF is the store namespace of verdicts.
 const annexSVAF = "svaf"
 
@@ -82,6 +87,8 @@ type admission struct {
 	surface         map[svaf.Decision]bool
 	timeout         time.Duration
 	hashed          embed.Hashed
+
+	vecs     anchorVectors // hashed vectors of anchors, by key
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -235,7 +242,7 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 				q.WriteByte('\n')
 			}
 		}
-		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group})
+		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms})
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +288,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		kernel = n.adm.hashed.Kernel().ID
 		in = hashedVectors(n.adm.hashed, texts)
 		for i := range anchors {
-			anchors[i].Vectors = hashedVectors(n.adm.hashed, anchorTexts[i])
+			v, ok := n.adm.vecs.get(anchors[i].Key)
+			if !ok {
+				v = hashedVectors(n.adm.hashed, anchorTexts[i])
+				n.adm.vecs.put(anchors[i].Key, v)
+			}
+			anchors[i].Vectors = v
 		}
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.

@@ -3,9 +3,9 @@ package embed
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -40,20 +40,29 @@ func (h Hashed) Encode(_ context.Context, texts []string) ([][]float32, error) {
 }
 
 // Vector is one text's vector; all zero for a text with no word.
+//
+// Each n-gram's bucket is FNV-1a (64-bit) of the n-gram's UTF-8 bytes,
+// computed in place: the vectors are those of hashing each n-gram as a
+// string, without a hasher or a string per n-gram.
 func (h Hashed) Vector(text string) []float32 {
 	v := make([]float32, h.Dim)
 	text = strings.ToLower(norm.NFC.String(text))
-	var word []rune
+	g := make([]rune, 0, 32) // the word with its boundary marks
 	flush := func() {
-		if len(word) == 0 {
+		if len(g) == 1 {
 			return
 		}
-		g := append(append([]rune{'\x02'}, word...), '\x03')
+		g = append(g, '\x03')
 		n := min(h.N, len(g))
 		for i := 0; i+n <= len(g); i++ {
-			f := fnv.New64a()
-			f.Write([]byte(string(g[i : i+n])))
-			x := f.Sum64()
+			x := uint64(fnvOffset64)
+			var enc [utf8.UTFMax]byte
+			for _, r := range g[i : i+n] {
+				for _, c := range enc[:utf8.EncodeRune(enc[:], r)] {
+					x ^= uint64(c)
+					x *= fnvPrime64
+				}
+			}
 			b := int(x % uint64(h.Dim))
 			if x>>63 == 1 {
 				v[b]--
@@ -61,11 +70,12 @@ func (h Hashed) Vector(text string) []float32 {
 				v[b]++
 			}
 		}
-		word = word[:0]
+		g = g[:1]
 	}
+	g = append(g, '\x02')
 	for _, r := range text {
 		if unicode.IsLetter(r) || unicode.IsDigit(r) {
-			word = append(word, r)
+			g = append(g, r)
 			continue
 		}
 		flush()
@@ -74,3 +84,9 @@ func (h Hashed) Vector(text string) []float32 {
 	Normalize(v)
 	return v
 }
+
+// FNV-1a's 64-bit parameters (hash/fnv).
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
