@@ -88,7 +88,7 @@ type admission struct {
 	timeout         time.Duration
 	hashed          embed.Hashed
 
-	vecs     anchorVectors // hashed vectors of anchors, by key
+	vecs anchorVectors // hashed vectors of anchors, by key
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
