@@ -271,25 +271,35 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	anchors := make([]svaf.Anchor, 0, len(kts))
+	// An anchor whose hashed vectors are cached needs no read: its texts
+	// only ever make those vectors.
 	anchorTexts := make([]map[string]string, 0, len(kts))
+	cached := make([]svaf.Vectors, 0, len(kts))
 	for _, kt := range kts {
-		r, err := n.st.GetLineage(ctx, kt.Key)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+		v, ok := n.adm.vecs.get(kt.Key)
+		var at map[string]string
+		if !ok {
+			r, err := n.st.GetLineage(ctx, kt.Key)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+			}
+			at = fieldTexts(r.Texts)
 		}
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
-		anchorTexts = append(anchorTexts, fieldTexts(r.Texts))
+		anchorTexts, cached = append(anchorTexts, at), append(cached, v)
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
 		kernel = n.adm.hashed.Kernel().ID
 		in = hashedVectors(n.adm.hashed, texts)
+		// The record is the next one's newest anchor, most likely.
+		n.adm.vecs.put(rec.Key, in)
 		for i := range anchors {
-			v, ok := n.adm.vecs.get(anchors[i].Key)
-			if !ok {
+			v := cached[i]
+			if v == nil {
 				v = hashedVectors(n.adm.hashed, anchorTexts[i])
 				n.adm.vecs.put(anchors[i].Key, v)
 			}
