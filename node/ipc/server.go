@@ -383,6 +383,12 @@ type conn struct {
 	// unsent is the part of held that is replies not yet written.
 	unsent atomic.Int64
 	q      *fairQ
+
+	// The pipeline of id-less remembers and publishes, the reader's own:
+	// how many were submitted since it last waited for everything, and
+	// the channel closed once the last of them has queued its reply.
+	piped    int
+	pipeTail chan struct{}
 }
 
 // hold counts n bytes held for c; over the server's budget, the client
@@ -658,7 +664,7 @@ func (c *conn) readLoop() {
 		first = false
 		switch {
 		case errors.Is(err, errTooLarge):
-			c.send(encodeError("", nil, Errorf(CodeTooLarge, "message is over the %d-byte limit; nothing of it was used", MaxMessage)))
+			c.sendInOrder(encodeError("", nil, Errorf(CodeTooLarge, "message is over the %d-byte limit; nothing of it was used", MaxMessage)))
 			continue
 		case err != nil:
 			var ne net.Error
@@ -779,12 +785,16 @@ func (c *conn) readFrame() ([]byte, error) {
 // concurrently (up to MaxInFlight) and may be answered out of order;
 // a request without one waits for everything before it and is answered
 // before anything after it is read, so id-less clients such as the
-// reference runtime's get replies in request order.
+// reference runtime's get replies in request order. The exception is a
+// run of id-less remembers and publishes: they are pipelined (each
+// starts without waiting for the one before, so they share the store's
+// group commits) and answered in request order; whatever comes after
+// the run waits for all of it.
 func (c *conn) process(msg []byte) bool {
 	msg = bytes.TrimSpace(msg)
 	if len(msg) == 0 {
 		if c.framed {
-			c.send(encodeError("", nil, Errorf(CodeBadRequest, "empty frame")))
+			c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "empty frame")))
 		}
 		return true // blank lines are allowed between NDJSON messages
 	}
@@ -794,7 +804,7 @@ func (c *conn) process(msg []byte) bool {
 		if err != nil {
 			reason = err.Error()
 		}
-		c.send(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
+		c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
 		return true
 	}
 	// Text that is not UTF-8 is refused before anything of the request is
@@ -805,7 +815,7 @@ func (c *conn) process(msg []byte) bool {
 		if member != "id" && validID(m["id"]) {
 			id = m["id"]
 		}
-		c.send(encodeError("", id, badTextError(member, problem)))
+		c.sendInOrder(encodeError("", id, badTextError(member, problem)))
 		return true
 	}
 	id := m["id"]
@@ -813,15 +823,15 @@ func (c *conn) process(msg []byte) bool {
 		id = nil
 	}
 	if !validID(id) {
-		c.send(encodeError("", nil, Errorf(CodeBadRequest, "id must be a string or a number")))
+		c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "id must be a string or a number")))
 		return true
 	}
 	var typ string
 	if raw, ok := m["type"]; !ok {
-		c.send(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
+		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
 		return true
 	} else if json.Unmarshal(raw, &typ) != nil || typ == "" {
-		c.send(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
+		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
 		return true
 	}
 	if cap(c.buf) > 256<<10 {
@@ -830,16 +840,34 @@ func (c *conn) process(msg []byte) bool {
 	// The request is held until its reply is queued (which holds the reply).
 	size := len(msg)
 	c.hold(size)
+	piped := id == nil && (typ == TypeRemember || typ == TypePublish)
+	// A piped request's reply waits for the one before it (prev) and
+	// lets the next go (done).
+	var prev, done chan struct{}
 	run := func() {
 		defer func() { <-c.sem; c.inflight.Done(); c.release(size) }()
+		if done != nil {
+			defer close(done)
+		}
 		if c.ctx.Err() != nil {
 			return // dropped meanwhile: nobody will read the reply
 		}
-		if reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m)); reply != nil {
+		reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m))
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-c.dead:
+				return
+			}
+		}
+		if reply != nil {
 			c.send(reply)
 		}
 	}
-	if id == nil {
+	if !piped {
+		c.flushPipe()
+	}
+	if id == nil && !(piped && c.piped > 0) {
 		c.inflight.Wait()
 	}
 	select {
@@ -848,12 +876,32 @@ func (c *conn) process(msg []byte) bool {
 		c.release(size)
 		return false
 	}
+	if piped {
+		prev, done = c.pipeTail, make(chan struct{})
+		c.pipeTail = done
+		c.piped++
+	}
 	c.inflight.Add(1)
 	c.srv.sched.submit(c.q, run)
-	if id == nil {
+	if id == nil && !piped {
 		c.inflight.Wait()
 	}
 	return true
+}
+
+// sendInOrder sends a reply the reader itself makes, after the
+// pipeline's replies, which were asked for before it.
+func (c *conn) sendInOrder(b []byte) bool {
+	c.flushPipe()
+	return c.send(b)
+}
+
+// flushPipe waits until every request of the pipeline has been answered.
+func (c *conn) flushPipe() {
+	if c.piped > 0 {
+		c.inflight.Wait()
+		c.piped, c.pipeTail = 0, nil
+	}
 }
 
 // limitReply keeps replies within the message cap too.
