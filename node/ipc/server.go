@@ -40,7 +40,9 @@ type Options struct {
 	// WriteQueue is how many messages may wait to be written to one client
 	// (1024). A client that lets it fill has stopped reading and is dropped.
 	WriteQueue int
-	// EventQueue is a listener's queue on the node's event bus (256).
+	// EventQueue is a listener's queue on the node's event bus (8192):
+	// a burst that long waits for a listener that reads. The events in
+	// it are shared with every other listener's (a slot is 32 bytes).
 	EventQueue int
 	// MessageTimeout bounds the time from a message's first byte to its
 	// last (30 s), so a half-sent message cannot hold a connection forever.
@@ -79,7 +81,7 @@ func DefaultOptions() Options {
 		MaxConns:       1024,
 		MaxInFlight:    64,
 		WriteQueue:     1024,
-		EventQueue:     256,
+		EventQueue:     8192,
 		MessageTimeout: 30 * time.Second,
 		WriteTimeout:   10 * time.Second,
 		DrainTimeout:   5 * time.Second,
@@ -562,15 +564,20 @@ func (c *conn) enqueue(m outMsg) bool {
 
 func (c *conn) writer() {
 	defer close(c.writerDone)
+	var writeFrame func() bool
 	var frame []byte
-	write := func(b []byte) bool {
-		frame = frame[:0]
+	appendMsg := func(dst, b []byte) []byte {
 		if c.framed {
-			frame = binary.BigEndian.AppendUint32(frame, uint32(len(b)))
-			frame = append(frame, b...)
-		} else {
-			frame = append(append(frame, b...), '\n')
+			dst = binary.BigEndian.AppendUint32(dst, uint32(len(b)))
+			return append(dst, b...)
 		}
+		return append(append(dst, b...), '\n')
+	}
+	write := func(b []byte) bool {
+		frame = appendMsg(frame[:0], b)
+		return writeFrame()
+	}
+	writeFrame = func() bool {
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 		if _, err := c.nc.Write(frame); err != nil {
 			var ne net.Error
@@ -605,15 +612,44 @@ func (c *conn) writer() {
 				return
 			}
 		case ev := <-evC:
-			// An event being written counts against the budget as a reply
-			// does, so listeners that do not read are bounded by it too.
-			if b := c.srv.eventBytes(ev); b != nil {
-				c.holdReply(len(b))
-				ok := write(b)
-				c.releaseReply(len(b))
-				if !ok {
-					return
+			// Events waiting go out together, in one write: a listener
+			// that reads keeps up with a burst at a syscall per batch,
+			// where one per event fell behind and was dropped. Events
+			// being written count against the budget as replies do, so
+			// listeners that do not read are bounded by it too.
+			frame = frame[:0]
+			flush := func() bool {
+				n := len(frame)
+				if n == 0 {
+					return true
 				}
+				c.holdReply(n)
+				ok := writeFrame()
+				c.releaseReply(n)
+				frame = frame[:0]
+				return ok
+			}
+			for n := 1; ; n++ {
+				if b := c.srv.eventBytes(ev); b != nil {
+					if len(frame) > 0 && len(frame)+len(b) > eventBatchBytes && !flush() {
+						return
+					}
+					frame = appendMsg(frame, b)
+				}
+				if n == eventBatch {
+					break
+				}
+				var more bool
+				select {
+				case ev, more = <-evC:
+				default:
+				}
+				if !more {
+					break
+				}
+			}
+			if !flush() {
+				return
 			}
 		case <-c.readDone:
 			for {
@@ -631,6 +667,12 @@ func (c *conn) writer() {
 		}
 	}
 }
+
+// eventBatch and eventBatchBytes bound the events written in one go.
+const (
+	eventBatch      = 64
+	eventBatchBytes = 32 << 10
+)
 
 func (s *Server) eventBytes(ev events.Event) []byte {
 	b, err := encodeEvent(ev.Name, ev.Data)
