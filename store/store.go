@@ -121,8 +121,8 @@ func DefaultOptions() Options {
 		Now:               time.Now,
 		MaxClockSkew:      DefaultMaxClockSkew,
 		MaxBatch:          1024,
-		BlockCacheBytes:   32 << 20,
-		MemTableBytes:     16 << 20,
+		BlockCacheBytes:   8 << 20,
+		MemTableBytes:     4 << 20,
 		ValueLogFileBytes: 64 << 20,
 	}
 }
@@ -302,7 +302,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithBlockSize(16 << 10).
 		WithBlockCacheSize(opts.BlockCacheBytes).
 		WithMemTableSize(opts.MemTableBytes).
-		WithNumMemtables(3).
+		WithNumMemtables(2).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithNumCompactors(2).

@@ -337,6 +337,11 @@ func Run(ctx context.Context, opts Options) error {
 		defer close(retained)
 		retain(bg, n, cfg.Retention.Duration, log)
 	}()
+	trimmed := make(chan struct{})
+	go func() {
+		defer close(trimmed)
+		trimAfterBursts(bg, n)
+	}()
 
 	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "private", !cfg.Public, "home", home, "cmbs", n.Status().CMBs)
 	if opts.Ready != nil {
@@ -358,6 +363,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	stopBG()
 	<-retained
+	<-trimmed
 	if err := d.stop(); err != nil && serveErr == nil {
 		serveErr = err
 	}
