@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"os"
 	"io/fs"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
