@@ -263,6 +263,19 @@ type Store struct {
 	indexed  watermark
 	// loadedKeys are the stored keys found at Open, handed to the writer.
 	loadedKeys map[string]struct{}
+	// loadedTexts are the texts of the records found at Open: the indexer
+	// builds the text index from them before anything else, so Open does
+	// not wait for it; textsLoaded is closed once it has, and every
+	// reader of the text index waits for it (waitIndexed).
+	loadedTexts []loadedText
+	textsLoaded chan struct{}
+}
+
+// loadedText is one record found at Open, for the text index.
+type loadedText struct {
+	key, group string
+	at         int64
+	texts      [NumFields]string
 }
 
 // Open opens (creating if needed) the store in dir. It refuses a store
@@ -321,17 +334,18 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:       db,
-		dir:      dir,
-		opts:     opts,
-		jobs:     make(chan *job, 4096),
-		closing:  make(chan struct{}),
-		applyNow: make(chan struct{}, 1),
-		wdone:    make(chan struct{}),
-		idx:      newTextIndex(runtime.Gosched),
-		order:    newOrderIndex(),
-		trust:    newTrustState(),
-		readOnly: readOnly,
+		db:          db,
+		dir:         dir,
+		opts:        opts,
+		jobs:        make(chan *job, 4096),
+		closing:     make(chan struct{}),
+		applyNow:    make(chan struct{}, 1),
+		textsLoaded: make(chan struct{}),
+		wdone:       make(chan struct{}),
+		idx:         newTextIndex(runtime.Gosched),
+		order:       newOrderIndex(),
+		trust:       newTrustState(),
+		readOnly:    readOnly,
 	}
 	if readOnly {
 		s.full.Store(&DiskFullError{Path: dir, Free: free, Need: need, ReadOnly: true})
@@ -606,7 +620,7 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		at := s.orderAt(&rec)
 		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
-		s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
+		s.loadedTexts = append(s.loadedTexts, loadedText{key: rec.Key, group: rec.Group, at: at, texts: rec.Texts})
 		return nil
 	}
 	type located struct {
