@@ -198,7 +198,13 @@ func (e *LockedError) Unwrap() error { return e.Err }
 // formatVersion names the layout this build reads and writes: records in
 // the log segments, badger holding a pointer to each. Open refuses a store
 // marked with any other format (*FormatError) before it writes anything.
-const formatVersion = "cmbnode-store-3"
+const formatVersion = "cmbnode-store-4"
+
+// formatV3 is the format before: the same but for records written with
+// every text in full (codec.go's recFormat1), which this one still reads.
+// Opened for writing, a store of it is marked formatVersion, since the
+// records written from then on are not readable by its readers.
+const formatV3 = "cmbnode-store-3"
 
 // FormatError means the store holds a format other than the one this build
 // reads. Older is set when Found is an earlier format of this store (the
@@ -580,8 +586,15 @@ func (s *Store) checkFormat() error {
 		return err
 	case found == nil && s.readOnly:
 		return s.full.Load() // a new store cannot be made on a full disk
-	case found == nil:
-		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+	case found == nil || string(found) == formatV3 && !s.readOnly:
+		// Synced at once: records of the new layout may follow.
+		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+		if err == nil {
+			err = s.db.Sync()
+		}
+		return err
+	case string(found) == formatV3: // read-only: nothing is written in the new layout
+		return nil
 	case string(found) != formatVersion:
 		return &FormatError{Dir: s.dir, Found: string(found), Want: formatVersion, Older: olderFormat(string(found))}
 	}
