@@ -13,15 +13,15 @@ import (
 // key so that every index entry can be traced back to its record by Check.
 // 0x00 separates variable-length parts, which is why Validate refuses NUL.
 const (
-	pRec      = 'r' // r key                          → record value
-	pChild    = 'C' // C parent 0 child               → ∅
-	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
-	pPeer     = 'P' // P nodeId                       → peer JSON
-	pMeta     = 'M' // M name                         → store metadata
-	pSigner   = 'S' // S author                       → 1 (author has signed)
-	pTomb     = 'T' // T key                          → forgottenAt (varint ms): forgotten here
-	pAssert   = 'A' // A key 0 author                 → that author's signed record (same key, another author)
-	pAnnex    = 'X' // X namespace 0 key              → the node's annex of a record (annex.go)
+	pRec    = 'r' // r key                          → record value
+	pChild  = 'C' // C parent 0 child               → ∅
+	pRefBy  = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
+	pPeer   = 'P' // P nodeId                       → peer JSON
+	pMeta   = 'M' // M name                         → store metadata
+	pSigner = 'S' // S author                       → 1 (author has signed)
+	pTomb   = 'T' // T key                          → forgottenAt (varint ms): forgotten here
+	pAssert = 'A' // A key 0 author                 → that author's signed record (same key, another author)
+	pAnnex  = 'X' // X namespace 0 key              → the node's annex of a record (annex.go)
 	// recFormat is the layout records are written in; recFormat1 (every
 	// text written out) is still read.
 	recFormat  = 2
