@@ -196,6 +196,10 @@ func TestHashedMatchesStringHashing(t *testing.T) {
 		"Ünïcödé wörds, ÇA VA? naïve café",
 		"日本語のテキスト と 漢字 123",
 		"emoji 🙂 between words🙂here",
+		"ASCII: MiXeD case, digits 42x7, punct.-_/'\"[]{}~^`@ end",
+		"\x00\x01\x7f tabs\tand\nnewlines\r\n",
+		strings.Repeat("averyveryverylongwordthatrunsonandon", 5) + " then short",
+		strings.Repeat("x", 62) + " " + strings.Repeat("y", 63) + " " + strings.Repeat("z", 64),
 	} {
 		want := hashedByString(h, text)
 		got := h.Vector(text)

@@ -46,6 +46,11 @@ func (h Hashed) Encode(_ context.Context, texts []string) ([][]float32, error) {
 // string, without a hasher or a string per n-gram.
 func (h Hashed) Vector(text string) []float32 {
 	v := make([]float32, h.Dim)
+	if isASCII(text) {
+		h.addASCII(v, text)
+		Normalize(v)
+		return v
+	}
 	text = strings.ToLower(norm.NFC.String(text))
 	g := make([]rune, 0, 32) // the word with its boundary marks
 	flush := func() {
@@ -90,3 +95,78 @@ const (
 	fnvOffset64 = 14695981039346656037
 	fnvPrime64  = 1099511628211
 )
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// addASCII is Vector's n-gram counting for ASCII text, which NFC leaves
+// as it is and whose letters and digits are single bytes: the same
+// buckets, without normalising, lowering or decoding the text first.
+func (h Hashed) addASCII(v []float32, text string) {
+	var g [64]byte // the word with its boundary marks, while it fits
+	word := g[:0]
+	long := []byte(nil)
+	var flush func(w []byte)
+	mask := uint64(h.Dim - 1) // x % Dim, as a mask when Dim is a power of two
+	if h.Dim&(h.Dim-1) != 0 {
+		mask = 0
+	}
+	flush = func(w []byte) {
+		if len(w) == 1 {
+			return
+		}
+		w = append(w, '\x03')
+		n := min(h.N, len(w))
+		for i := 0; i+n <= len(w); i++ {
+			x := uint64(fnvOffset64)
+			for _, c := range w[i : i+n] {
+				x ^= uint64(c)
+				x *= fnvPrime64
+			}
+			var b uint64
+			if mask != 0 {
+				b = x & mask
+			} else {
+				b = x % uint64(h.Dim)
+			}
+			v[b] += 1 - 2*float32(x>>63)
+		}
+	}
+	word = append(word, '\x02')
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		default:
+			if long != nil {
+				flush(long)
+				long = nil
+			} else {
+				flush(word)
+			}
+			word = append(g[:0], '\x02')
+			continue
+		}
+		if long == nil && len(word) == cap(g)-1 {
+			long = append([]byte(nil), word...) // a word longer than g
+		}
+		if long != nil {
+			long = append(long, c)
+		} else {
+			word = append(word, c)
+		}
+	}
+	if long != nil {
+		flush(long)
+	} else {
+		flush(word)
+	}
+}
