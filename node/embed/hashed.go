@@ -68,12 +68,7 @@ func (h Hashed) Vector(text string) []float32 {
 					x *= fnvPrime64
 				}
 			}
-			b := int(x % uint64(h.Dim))
-			if x>>63 == 1 {
-				v[b]--
-			} else {
-				v[b]++
-			}
+			h.count(v, x)
 		}
 		g = g[:1]
 	}
@@ -109,15 +104,9 @@ func isASCII(s string) bool {
 // as it is and whose letters and digits are single bytes: the same
 // buckets, without normalising, lowering or decoding the text first.
 func (h Hashed) addASCII(v []float32, text string) {
-	var g [64]byte // the word with its boundary marks, while it fits
-	word := g[:0]
-	long := []byte(nil)
-	var flush func(w []byte)
-	mask := uint64(h.Dim - 1) // x % Dim, as a mask when Dim is a power of two
-	if h.Dim&(h.Dim-1) != 0 {
-		mask = 0
-	}
-	flush = func(w []byte) {
+	var buf [64]byte
+	w := append(buf[:0], '\x02') // the word with its boundary marks
+	flush := func() {
 		if len(w) == 1 {
 			return
 		}
@@ -129,44 +118,34 @@ func (h Hashed) addASCII(v []float32, text string) {
 				x ^= uint64(c)
 				x *= fnvPrime64
 			}
-			var b uint64
-			if mask != 0 {
-				b = x & mask
-			} else {
-				b = x % uint64(h.Dim)
-			}
-			v[b] += 1 - 2*float32(x>>63)
+			h.count(v, x)
 		}
+		w = w[:1]
 	}
-	word = append(word, '\x02')
 	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch {
+		switch c := text[i]; {
 		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
+			w = append(w, c+'a'-'A')
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			w = append(w, c)
 		default:
-			if long != nil {
-				flush(long)
-				long = nil
-			} else {
-				flush(word)
-			}
-			word = append(g[:0], '\x02')
-			continue
-		}
-		if long == nil && len(word) == cap(g)-1 {
-			long = append([]byte(nil), word...) // a word longer than g
-		}
-		if long != nil {
-			long = append(long, c)
-		} else {
-			word = append(word, c)
+			flush()
 		}
 	}
-	if long != nil {
-		flush(long)
+	flush()
+}
+
+// count adds an n-gram of hash x to its signed bucket.
+func (h Hashed) count(v []float32, x uint64) {
+	var b uint64
+	if h.Dim&(h.Dim-1) == 0 {
+		b = x & uint64(h.Dim-1) // x % Dim, without a division
 	} else {
-		flush(word)
+		b = x % uint64(h.Dim)
+	}
+	if x>>63 == 1 {
+		v[b]--
+	} else {
+		v[b]++
 	}
 }
