@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -121,4 +122,34 @@ func FuzzObjectMembers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMarshalCMBFrameMatchesJSON: a cmb frame written directly is the
+// JSON value json.Marshal writes, member for member.
+func TestMarshalCMBFrameMatchesJSON(t *testing.T) {
+	rec := buildSample(t, nil)
+	rec.Fields[0].Text = `a <tag> & "quotes" \ and é, 🙂, ` + "\u2028"
+	for _, f := range []*CMBFrame{
+		{Timestamp: 1, CMB: rec},
+		{Timestamp: -5, To: "0192e4a2-7b5c-7def-8a3b-9c4d5e6f7a8b", Directed: true, CMB: rec, PublicKey: "k<&>", E2EPublicKey: "e"},
+		{Timestamp: 0, CMB: nil},
+	} {
+		got, err := MarshalFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]byte(`{"type":"cmb",`), body[1:]...)
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: %v", got, err)
+		}
+		json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	}
 }
