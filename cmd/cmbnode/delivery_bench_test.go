@@ -35,6 +35,9 @@ import (
 //	                       and bisection (e.g. "1000,4000")
 //	CMBNODE_BENCH_PROFILE  a directory: each daemon of each step writes a
 //	                       CPU profile there (sender-RATE.pprof, receiver-RATE.pprof)
+//	CMBNODE_BENCH_ANCHORS  "none": the receiver judges records against no
+//	                       anchors (recent_anchors and nearest_anchors -1),
+//	                       to see what SVAF admission costs
 //
 // CPU per CMB is each daemon's process CPU time (utime+stime) over the
 // step divided by the CMBs it remembered or accepted: on a shared machine
@@ -208,7 +211,16 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 	}
 	snd = startDaemon(b, filepath.Join(dir, "snd"), args("sender")...)
 	cs := dialDaemon(b, snd)
-	rcv = startDaemon(b, filepath.Join(dir, "rcv"), append(args("receiver"), "--bootstrap", status(b, cs).Addrs[0])...)
+	rcvHome := filepath.Join(dir, "rcv")
+	if os.Getenv("CMBNODE_BENCH_ANCHORS") == "none" {
+		if err := os.MkdirAll(rcvHome, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rcvHome, "config.toml"), []byte("[svaf]\nrecent_anchors = -1\nnearest_anchors = -1\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rcv = startDaemon(b, rcvHome, append(args("receiver"), "--bootstrap", status(b, cs).Addrs[0])...)
 	cr := dialDaemon(b, rcv)
 	waitFor(b, "the daemons meet", 30*time.Second, func() bool { return status(b, cs).Peers == 1 && status(b, cr).Peers == 1 })
 	probe := rememberN(b, cs, 1, "delivery probe")
