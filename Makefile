@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 # growing a fresh store's log, which a 1 s run of ~20k puts mostly measures.
 PUTS ?= 100000x
 
-.PHONY: all build run install uninstall test bench fuzz lint clean
+.PHONY: all build run install uninstall test bench bench-delivery fuzz lint clean
 
 all: build
 
@@ -37,12 +37,20 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
-bench:
-	$(GO) test -run '^$$' -bench . -skip 'Put1KB' -benchmem -benchtime $(BENCHTIME) $(PKGS)
+bench: bench-delivery
+	$(GO) test -run '^$$' -bench . -skip 'Put1KB|^BenchmarkDelivery$$' -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) test -run '^$$' -bench 'Put1KB' -benchmem -benchtime $(PUTS) ./store
 
+# The two-daemon delivery workload (cmd/cmbnode/delivery_bench_test.go):
+# ramp, bisect to 15 %, fixed rates; CPU per CMB on each side beside a bare
+# sign and verify. CMBNODE_BENCH_STEP=5s shortens the 20 s steps,
+# CMBNODE_BENCH_RATES=1000,4000 runs only those rates, and
+# CMBNODE_BENCH_PROFILE=DIR has both daemons write CPU profiles there.
+bench-delivery:
+	$(GO) test -run '^$$' -bench '^BenchmarkDelivery$$' -benchtime 1x -timeout 60m -v ./cmd/cmbnode
+
 # Each fuzz target runs for $(FUZZTIME); go test allows one -fuzz target per run.
-FUZZ_TARGETS := ./cmb:FuzzReadFrame ./cmb:FuzzParseFrame ./cmb:FuzzDecodeRecord
+FUZZ_TARGETS := ./cmb:FuzzReadFrame ./cmb:FuzzParseFrame ./cmb:FuzzDecodeRecord ./cmb:FuzzObjectMembers
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

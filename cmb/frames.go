@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"cmbnode/group"
 )
@@ -170,6 +171,9 @@ func ParseFrame(payload []byte) (Frame, error) {
 	if len(payload) == 0 || payload[0] != '{' {
 		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrDiscard)
 	}
+	if f, ok, err := parseCMBFrame(payload); ok {
+		return f, err
+	}
 	if err := json.Unmarshal(payload, &head); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDiscard, err)
 	}
@@ -226,11 +230,13 @@ func MarshalFrame(f Frame) ([]byte, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"type":`...)
 	b = strconv.AppendQuote(b, f.FrameType())
-	switch f.(type) {
+	switch x := f.(type) {
 	case *Ping, *Pong:
 		return append(b, '}'), nil
 	case *Unknown:
 		return nil, fmt.Errorf("marshal frame: cannot send unknown type %q", f.FrameType())
+	case *CMBFrame:
+		return appendCMBFrame(b, x), nil
 	}
 	body, err := json.Marshal(f)
 	if err != nil {
@@ -243,4 +249,112 @@ func MarshalFrame(f Frame) ([]byte, error) {
 		b = append(b, '}')
 	}
 	return b, nil
+}
+
+// parseCMBFrame is ParseFrame of a valid cmb frame (ok false for anything
+// else), in one pass: the frame is validated once and its record decoded
+// from its bytes, instead of the frame being parsed for its type, again
+// for its members, and the record a third time. Members are matched as
+// json.Unmarshal matches a struct's (names folded, the last one winning).
+func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
+	if !json.Valid(payload) {
+		return nil, false, nil
+	}
+	var typ []byte
+	var cmbRaws, rest [][]byte // rest: name, value, name, value…
+	eachMember(payload, func(name string, v []byte) {
+		switch {
+		case strings.EqualFold(name, "type"):
+			typ = v
+		case strings.EqualFold(name, "cmb"):
+			cmbRaws = append(cmbRaws, v)
+		default:
+			rest = append(rest, []byte(name), v)
+		}
+	})
+	if !isKind(typ, '"') || unquote(typ) != TypeCMB {
+		return nil, false, nil
+	}
+	f := &CMBFrame{}
+	for i := 0; i < len(rest); i += 2 {
+		m := rest[i : i+2]
+		var dst any
+		switch name := string(m[0]); {
+		case strings.EqualFold(name, "timestamp"):
+			dst = &f.Timestamp
+		case strings.EqualFold(name, "to"):
+			dst = &f.To
+		case strings.EqualFold(name, "directed"):
+			dst = &f.Directed
+		case strings.EqualFold(name, "publicKey"):
+			dst = &f.PublicKey
+		case strings.EqualFold(name, "e2ePublicKey"):
+			dst = &f.E2EPublicKey
+		default:
+			continue
+		}
+		if isKind(m[1], '"') {
+			if p, isStr := dst.(*string); isStr {
+				*p = unquote(m[1])
+				continue
+			}
+		}
+		if err := json.Unmarshal(m[1], dst); err != nil {
+			return nil, true, fmt.Errorf("%w: cmb frame: %v", ErrDiscard, err)
+		}
+	}
+	// Each cmb member is decoded in turn, as json.Unmarshal would: any
+	// that fails fails the frame, a null one unsets the record.
+	var rec *Record
+	for _, raw := range cmbRaws {
+		var err error
+		switch {
+		case string(raw) == "null":
+			rec = nil
+		case isKind(raw, '{'):
+			rec, err = decodeValid(raw, false)
+		default:
+			_, err = Decode(raw) // the record's own decoder refuses it
+		}
+		if err != nil {
+			return nil, true, fmt.Errorf("%w: cmb frame: %v", ErrDiscard, err)
+		}
+	}
+	if rec == nil {
+		return nil, true, fmt.Errorf("%w: cmb frame without a cmb", ErrDiscard)
+	}
+	f.CMB = rec
+	return f, true, nil
+}
+
+// appendCMBFrame is json.Marshal's encoding of f's members, the record
+// written once: through json.Marshal, the record's own encoding would be
+// scanned and copied again (encoding/json compacts what a Marshaler
+// returns). The JSON values are the same; only json.Marshal's escaping of
+// <, > and & in the record's texts, which JSON does not need, is left out.
+func appendCMBFrame(b []byte, f *CMBFrame) []byte {
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, f.Timestamp, 10)
+	if f.To != "" {
+		b = append(b, `,"to":`...)
+		b = appendString(b, f.To)
+	}
+	if f.Directed {
+		b = append(b, `,"directed":true`...)
+	}
+	b = append(b, `,"cmb":`...)
+	if f.CMB == nil {
+		b = append(b, "null"...)
+	} else {
+		b = f.CMB.AppendJSON(b)
+	}
+	if f.PublicKey != "" {
+		b = append(b, `,"publicKey":`...)
+		b = appendString(b, f.PublicKey)
+	}
+	if f.E2EPublicKey != "" {
+		b = append(b, `,"e2ePublicKey":`...)
+		b = appendString(b, f.E2EPublicKey)
+	}
+	return append(b, '}')
 }

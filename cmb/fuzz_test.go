@@ -45,6 +45,7 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add([]byte(`{"type":"cmb-fetch-result","reqId":"r","key":"k","found":false,"cmb":null}`))
 	f.Add([]byte(`{"type":"x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		sameAsUnmarshal(t, data)
 		fr, err := ParseFrame(data)
 		if err != nil {
 			if !errors.Is(err, ErrDiscard) {

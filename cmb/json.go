@@ -23,13 +23,20 @@ func Decode(data []byte) (*Record, error) { return decode(data, false) }
 func DecodeDraft(data []byte) (*Record, error) { return decode(data, true) }
 
 func decode(data []byte, draft bool) (*Record, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(data, &obj); err != nil {
-		return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
-	}
-	if obj == nil {
+	data = trimJSON(data)
+	if !isKind(data, '{') || !json.Valid(data) {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(data, &obj); err != nil {
+			return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
+		}
 		return nil, newError(ReasonBadRecord, "record is null", nil)
 	}
+	return decodeValid(data, draft)
+}
+
+// decodeValid is decode of a valid JSON object.
+func decodeValid(data []byte, draft bool) (*Record, error) {
+	obj := objectMembers(data)
 	r := &Record{}
 	var err error
 	required := []string{"key", "createdBy", "createdAt", "fields"}
@@ -101,9 +108,9 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 		r.Sealed = s
 		return nil
 	}
-	decodeFields := DecodeFields
+	decodeFields := decodeFieldsValid
 	if draft {
-		decodeFields = DecodeDraftFields
+		decodeFields = decodeDraftFieldsValid
 	}
 	f, extra, err := decodeFields(raw)
 	if err != nil {
@@ -119,6 +126,14 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 // (MMP §14 A1). Members beyond the seven are returned as extra, for the
 // caller to keep or refuse.
 func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
+	const want = "an object of field name to text"
+	if err := validObject(raw, "fields", want); err != nil {
+		return nil, nil, err
+	}
+	return decodeDraftFieldsValid(trimJSON(raw))
+}
+
+func decodeDraftFieldsValid(raw []byte) (*Fields, Members, error) {
 	obj, err := decodeObject(raw, "fields", "an object of field name to text")
 	if err != nil {
 		return nil, nil, err
@@ -156,6 +171,13 @@ func orNeutral(t string) string { return cmp.Or(t, Neutral) }
 // DecodeFields parses a `fields` object: all seven members required, each an
 // object with a string `text`. Members beyond the seven are returned as extra.
 func DecodeFields(raw []byte) (*Fields, Members, error) {
+	if err := validObject(raw, "fields", "an object"); err != nil {
+		return nil, nil, err
+	}
+	return decodeFieldsValid(trimJSON(raw))
+}
+
+func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 	obj, err := decodeObject(raw, "fields", "an object")
 	if err != nil {
 		return nil, nil, err
@@ -280,17 +302,27 @@ func decodeE2E(raw json.RawMessage) (*E2E, error) {
 	return e, nil
 }
 
-// decodeObject parses a JSON object member, naming path and what was wanted
-// when it is something else.
+// decodeObject parses a member of a valid record that should be an
+// object, naming path and what was wanted when it is something else.
 func decodeObject(raw json.RawMessage, path, want string) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
 	if !isKind(raw, '{') {
 		return nil, typeError(path, want)
 	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, newError(ReasonBadRecord, path, err)
+	return objectMembers(raw), nil
+}
+
+// validObject checks raw, from outside a record, before it is read as
+// one of a record's objects.
+func validObject(raw []byte, path, want string) error {
+	raw = trimJSON(raw)
+	if !isKind(raw, '{') {
+		return typeError(path, want)
 	}
-	return obj, nil
+	if !json.Valid(raw) {
+		var obj map[string]json.RawMessage
+		return newError(ReasonBadRecord, path, json.Unmarshal(raw, &obj))
+	}
+	return nil
 }
 
 func decodeStrings(raw json.RawMessage, path string) ([]string, error) {
@@ -316,11 +348,7 @@ func decodeString(raw json.RawMessage, path string) (string, error) {
 	if !isKind(raw, '"') {
 		return "", typeError(path, "a string")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", typeError(path, "a string")
-	}
-	return s, nil
+	return unquote(raw), nil
 }
 
 func decodeInt(raw json.RawMessage, path string) (int64, error) {

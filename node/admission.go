@@ -63,6 +63,11 @@ type SVAFOptions struct {
 // the recent memory; a memory daemon keeps showing it.
 var DefaultSurface = []svaf.Decision{svaf.Aligned, svaf.Guarded, svaf.Rejected}
 
+// nearestTerms is how many of the incoming record's rarest terms find its
+// nearest anchors: a near-copy shares them, and the common ones would
+// make every search a pass over most of the store.
+const nearestTerms = 32
+
 // annexSVAF is the store namespace of verdicts.
 const annexSVAF = "svaf"
 
@@ -82,6 +87,8 @@ type admission struct {
 	surface         map[svaf.Decision]bool
 	timeout         time.Duration
 	hashed          embed.Hashed
+
+	vecs anchorVectors // hashed vectors of anchors, by key
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -235,7 +242,7 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 				q.WriteByte('\n')
 			}
 		}
-		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group})
+		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms})
 		if err != nil {
 			return nil, err
 		}
@@ -264,24 +271,39 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	anchors := make([]svaf.Anchor, 0, len(kts))
+	// An anchor whose hashed vectors are cached needs no read: its texts
+	// only ever make those vectors.
 	anchorTexts := make([]map[string]string, 0, len(kts))
+	cached := make([]svaf.Vectors, 0, len(kts))
 	for _, kt := range kts {
-		r, err := n.st.GetLineage(ctx, kt.Key)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+		v, ok := n.adm.vecs.get(kt.Key)
+		var at map[string]string
+		if !ok {
+			r, err := n.st.GetLineage(ctx, kt.Key)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+			}
+			at = fieldTexts(r.Texts)
 		}
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
-		anchorTexts = append(anchorTexts, fieldTexts(r.Texts))
+		anchorTexts, cached = append(anchorTexts, at), append(cached, v)
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
 		kernel = n.adm.hashed.Kernel().ID
 		in = hashedVectors(n.adm.hashed, texts)
+		// The record is the next one's newest anchor, most likely.
+		n.adm.vecs.put(rec.Key, in)
 		for i := range anchors {
-			anchors[i].Vectors = hashedVectors(n.adm.hashed, anchorTexts[i])
+			v := cached[i]
+			if v == nil {
+				v = hashedVectors(n.adm.hashed, anchorTexts[i])
+				n.adm.vecs.put(anchors[i].Key, v)
+			}
+			anchors[i].Vectors = v
 		}
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.

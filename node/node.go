@@ -216,6 +216,8 @@ type Node struct {
 	boxMu sync.Mutex
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
+	frameKeys frameKeys // author keys of received frames, parsed
+
 	allowUnsigned bool
 	version       string
 	retriever     Retriever

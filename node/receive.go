@@ -231,22 +231,11 @@ type authorKey struct {
 // key that contradicts the pin is a forgery or a conflicting identity and
 // is refused.
 func (n *Node) authorKeys(ctx context.Context, author string, src Source) (authorKey, error) {
-	var framePub ed25519.PublicKey
-	if src.AuthorKey != "" {
-		k, err := cmb.ParsePublicKey(src.AuthorKey)
-		if err != nil {
-			return authorKey{}, fmt.Errorf("%w: frame author key: %v", ErrRejected, err)
-		}
-		framePub = k
+	fk, err := n.frameKeys.parse(src.AuthorKey, src.AuthorE2E)
+	if err != nil {
+		return authorKey{}, err
 	}
-	var frameX []byte
-	if src.AuthorE2E != "" {
-		k, err := e2e.ParsePublicKey(src.AuthorE2E)
-		if err != nil {
-			return authorKey{}, fmt.Errorf("%w: frame author encryption key: %v", ErrRejected, err)
-		}
-		frameX = k.Bytes()
-	}
+	framePub, frameX := fk.pub, fk.x
 	conflict := func() (authorKey, error) {
 		n.Counters.KeyConflicts.Add(1)
 		return authorKey{}, fmt.Errorf("%w: %w: author %s presents a different key than the one pinned", ErrRejected, ErrKeyConflict, cmb.Truncate(author, 64))

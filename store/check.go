@@ -60,6 +60,9 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := s.readable(ctx); err != nil {
 		return err
 	}
+	if err := s.waitTextsLoaded(ctx); err != nil {
+		return err
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	// The indexer needs no lock: with badger held still it catches up.

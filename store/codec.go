@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,16 +13,19 @@ import (
 // key so that every index entry can be traced back to its record by Check.
 // 0x00 separates variable-length parts, which is why Validate refuses NUL.
 const (
-	pRec      = 'r' // r key                          → record value
-	pChild    = 'C' // C parent 0 child               → ∅
-	pRefBy    = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
-	pPeer     = 'P' // P nodeId                       → peer JSON
-	pMeta     = 'M' // M name                         → store metadata
-	pSigner   = 'S' // S author                       → 1 (author has signed)
-	pTomb     = 'T' // T key                          → forgottenAt (varint ms): forgotten here
-	pAssert   = 'A' // A key 0 author                 → that author's signed record (same key, another author)
-	pAnnex    = 'X' // X namespace 0 key              → the node's annex of a record (annex.go)
-	recFormat = 1
+	pRec    = 'r' // r key                          → record value
+	pChild  = 'C' // C parent 0 child               → ∅
+	pRefBy  = 'D' // D ancestor 0 descendant        → ∅ (ancestors ∪ parents)
+	pPeer   = 'P' // P nodeId                       → peer JSON
+	pMeta   = 'M' // M name                         → store metadata
+	pSigner = 'S' // S author                       → 1 (author has signed)
+	pTomb   = 'T' // T key                          → forgottenAt (varint ms): forgotten here
+	pAssert = 'A' // A key 0 author                 → that author's signed record (same key, another author)
+	pAnnex  = 'X' // X namespace 0 key              → the node's annex of a record (annex.go)
+	// recFormat is the layout records are written in; recFormat1 (every
+	// text written out) is still read.
+	recFormat  = 2
+	recFormat1 = 1
 
 	maxKeyLen = 256
 )
@@ -122,7 +126,11 @@ const (
 
 // encodeRecord lays a record out as: format, flags, storedAt, source,
 // createdBy, createdAt, group, to, parents, ancestors, 7 texts, raw. The key
-// is not repeated: it is the badger key.
+// is not repeated: it is the badger key. A text whose bytes are in raw
+// (a record in clear, whose texts need no escaping in its JSON) is
+// written as where it is there, so it is on disk once: uvarint
+// offset<<1|1, uvarint length. Any other text is uvarint length<<1 and
+// its bytes.
 func encodeRecord(r *Record) []byte {
 	n := 32 + len(r.Meta.Source) + len(r.CreatedBy) + len(r.Group) + len(r.To) + len(r.Raw)
 	for _, p := range r.Parents {
@@ -145,7 +153,15 @@ func encodeRecord(r *Record) []byte {
 	b = appendList(b, r.Parents)
 	b = appendList(b, r.Ancestors)
 	for _, t := range r.Texts {
-		b = appendStr(b, t)
+		if len(t) > minTextRef {
+			if off := bytes.Index(r.Raw, []byte(t)); off >= 0 {
+				b = binary.AppendUvarint(b, uint64(off)<<1|1)
+				b = binary.AppendUvarint(b, uint64(len(t)))
+				continue
+			}
+		}
+		b = binary.AppendUvarint(b, uint64(len(t))<<1)
+		b = append(b, t...)
 	}
 	return append(b, r.Raw...)
 }
@@ -160,6 +176,9 @@ func (m *Meta) flagBits() [6]metaFlag {
 	return [6]metaFlag{{flVerified, &m.Verified}, {flDecrypted, &m.Decrypted}, {flDirected, &m.Directed},
 		{flKept, &m.Kept}, {flQuarantined, &m.Quarantined}, {flForgotten, &m.Forgotten}}
 }
+
+// minTextRef is the shortest text worth a reference into raw.
+const minTextRef = 8
 
 func metaFlags(m Meta) byte {
 	var f byte
@@ -246,7 +265,7 @@ func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
 	if len(v) < 2 {
 		return rec, errShort
 	}
-	if v[0] != recFormat {
+	if v[0] != recFormat && v[0] != recFormat1 {
 		return rec, fmt.Errorf("unknown record format %d", v[0])
 	}
 	fl := v[1]
@@ -263,8 +282,38 @@ func decodeRecord(key string, v []byte, withRaw bool) (Record, error) {
 	rec.To = r.str()
 	rec.Parents = r.list()
 	rec.Ancestors = r.list()
-	for i := range rec.Texts {
-		rec.Texts[i] = r.str()
+	if v[0] == recFormat1 {
+		for i := range rec.Texts {
+			rec.Texts[i] = r.str()
+		}
+	} else {
+		var refs [NumFields][2]uint64 // offset+1 (0: written out), length
+		for i := range rec.Texts {
+			tag := r.uvarint()
+			if tag&1 == 0 {
+				n := tag >> 1
+				if r.err == nil && n > uint64(len(r.b)) {
+					r.err = errShort
+				}
+				if r.err == nil {
+					rec.Texts[i] = string(r.b[:n])
+					r.b = r.b[n:]
+				}
+				continue
+			}
+			refs[i] = [2]uint64{tag>>1 + 1, r.uvarint()}
+		}
+		for i, ref := range refs {
+			if ref[0] == 0 || r.err != nil {
+				continue
+			}
+			off, n := ref[0]-1, ref[1]
+			if off > uint64(len(r.b)) || n > uint64(len(r.b))-off {
+				r.err = errShort
+				continue
+			}
+			rec.Texts[i] = string(r.b[off : off+n])
+		}
 	}
 	if r.err != nil {
 		return rec, r.err

@@ -116,6 +116,13 @@ func TestSearchRanking(t *testing.T) {
 	if len(got) != 10 || got[0] != rare.Key {
 		t.Fatalf("rare term did not rank its record first: %v", got)
 	}
+	// MaxTerms keeps the rarest: the common words no longer match.
+	if got := searchKeys(t, s, "network sync zephyrine", SearchOptions{Group: "g1", MaxTerms: 1}); len(got) != 1 || got[0] != rare.Key {
+		t.Fatalf("MaxTerms 1 should score only the rare term: %v", got)
+	}
+	if got := searchKeys(t, s, "network sync zephyrine", SearchOptions{Group: "g1", MaxTerms: 3}); len(got) != 10 || got[0] != rare.Key {
+		t.Fatalf("MaxTerms at the query's length should change nothing: %v", got)
+	}
 	if got := searchKeys(t, s, "zephyrine", SearchOptions{}); len(got) != 2 {
 		t.Fatalf("any group: %v", got)
 	}
@@ -180,7 +187,13 @@ func TestSearchPruningIsExact(t *testing.T) {
 	}
 	qc := newCorpus(10)
 	for i := range 300 {
-		q := qc.words(1 + i%5)
+		// Some queries are long, as a whole record's text is when
+		// admission looks for a record's nearest anchors.
+		nw := 1 + i%5
+		if i%10 == 9 {
+			nw = 80
+		}
+		q := qc.words(nw)
 		o := SearchOptions{Limit: 1 + i%12, RecencyWeight: float64(i%3) * 0.7, HalfLife: time.Hour}
 		if i%4 == 0 {
 			o.Group = "other"

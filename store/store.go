@@ -121,8 +121,8 @@ func DefaultOptions() Options {
 		Now:               time.Now,
 		MaxClockSkew:      DefaultMaxClockSkew,
 		MaxBatch:          1024,
-		BlockCacheBytes:   32 << 20,
-		MemTableBytes:     16 << 20,
+		BlockCacheBytes:   8 << 20,
+		MemTableBytes:     4 << 20,
 		ValueLogFileBytes: 64 << 20,
 	}
 }
@@ -196,7 +196,13 @@ func (e *LockedError) Unwrap() error { return e.Err }
 // formatVersion names the layout this build reads and writes: records in
 // the log segments, badger holding a pointer to each. Open refuses a store
 // marked with any other format (*FormatError) before it writes anything.
-const formatVersion = "cmbnode-store-3"
+const formatVersion = "cmbnode-store-4"
+
+// formatV3 is the format before: the same but for records written with
+// every text in full (codec.go's recFormat1), which this one still reads.
+// Opened for writing, a store of it is marked formatVersion, since the
+// records written from then on are not readable by its readers.
+const formatV3 = "cmbnode-store-3"
 
 // FormatError means the store holds a format other than the one this build
 // reads. Older is set when Found is an earlier format of this store (the
@@ -262,6 +268,19 @@ type Store struct {
 	indexed  watermark
 	// loadedKeys are the stored keys found at Open, handed to the writer.
 	loadedKeys map[string]struct{}
+	// loadedTexts are the texts of the records found at Open: the indexer
+	// builds the text index from them before anything else, so Open does
+	// not wait for it; textsLoaded is closed once it has, and every
+	// reader of the text index waits for it (waitIndexed).
+	loadedTexts []loadedText
+	textsLoaded chan struct{}
+}
+
+// loadedText is one record found at Open, for the text index.
+type loadedText struct {
+	key, group string
+	at         int64
+	texts      [NumFields]string
 }
 
 // Open opens (creating if needed) the store in dir. It refuses a store
@@ -301,7 +320,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithBlockSize(16 << 10).
 		WithBlockCacheSize(opts.BlockCacheBytes).
 		WithMemTableSize(opts.MemTableBytes).
-		WithNumMemtables(3).
+		WithNumMemtables(2).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithNumCompactors(2).
@@ -320,18 +339,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, err)
 	}
 	s := &Store{
-		db:       db,
-		dir:      dir,
-		opts:     opts,
-		jobs:     make(chan *job, 4096),
-		closing:  make(chan struct{}),
-		applyNow: make(chan struct{}, 1),
-		wdone:    make(chan struct{}),
-		idx:      newTextIndex(runtime.Gosched),
-		order:    newOrderIndex(),
-		lines:    newLineIndex(),
-		trust:    newTrustState(),
-		readOnly: readOnly,
+		db:          db,
+		dir:         dir,
+		opts:        opts,
+		jobs:        make(chan *job, 4096),
+		closing:     make(chan struct{}),
+		applyNow:    make(chan struct{}, 1),
+		textsLoaded: make(chan struct{}),
+		wdone:       make(chan struct{}),
+		idx:         newTextIndex(runtime.Gosched),
+		order:       newOrderIndex(),
+		lines:       newLineIndex(),
+		trust:       newTrustState(),
+		readOnly:    readOnly,
 	}
 	if readOnly {
 		s.full.Store(&DiskFullError{Path: dir, Free: free, Need: need, ReadOnly: true})
@@ -566,8 +586,15 @@ func (s *Store) checkFormat() error {
 		return err
 	case found == nil && s.readOnly:
 		return s.full.Load() // a new store cannot be made on a full disk
-	case found == nil:
-		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+	case found == nil || string(found) == formatV3 && !s.readOnly:
+		// Synced at once: records of the new layout may follow.
+		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
+		if err == nil {
+			err = s.db.Sync()
+		}
+		return err
+	case string(found) == formatV3: // read-only: nothing is written in the new layout
+		return nil
 	case string(found) != formatVersion:
 		return &FormatError{Dir: s.dir, Found: string(found), Want: formatVersion, Older: olderFormat(string(found))}
 	}
@@ -606,7 +633,7 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		at := s.orderAt(&rec)
 		s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
-		s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
+		s.loadedTexts = append(s.loadedTexts, loadedText{key: rec.Key, group: rec.Group, at: at, texts: rec.Texts})
 		s.lines.add(rec.Key, at, rec.Parents)
 		return nil
 	}

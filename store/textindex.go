@@ -364,6 +364,12 @@ type SearchOptions struct {
 	AsOf time.Time
 	// K1 and B are the BM25 parameters (defaults 1.2 and 0.75).
 	K1, B float64
+	// MaxTerms, when positive, scores only the query's MaxTerms rarest
+	// terms (those in the fewest postings): a long query, such as a whole
+	// record's text, costs a pass over the common terms' lists, which hold
+	// most of the store, for evidence its rare terms already give. Hit's
+	// Relevance keeps its scale (it still divides by all the terms).
+	MaxTerms int
 }
 
 // Hit is one search result.
@@ -535,6 +541,10 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 			qs = append(qs, q)
 		}
 	}
+	if o.MaxTerms > 0 && len(qs) > o.MaxTerms {
+		slices.SortStableFunc(qs, func(a, b queryTerm) int { return cmp.Compare(len(a.post), len(b.post)) })
+		qs = qs[:o.MaxTerms]
+	}
 	return qs, attainable
 }
 
@@ -663,11 +673,16 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	}
 	i := 0
 	var kth float64
+	// kthAt is the term before which kth was last computed: since then no
+	// document gained more than rest[kthAt]-rest[i], so neither did the
+	// k-th best, and kth is not worth computing again until that bound
+	// could let the loop stop.
+	kthAt := 0
 	for ; i < len(qs); i++ {
 		// The k-th best text score so far bounds the final k-th best from
 		// below (recency only adds), so comparing with it is safe.
-		if !x.exhaustive && i > 0 && len(sc.touched) >= o.Limit {
-			kth = x.kth(sc.score, sc.touched, o.Limit)
+		if !x.exhaustive && i > 0 && len(sc.touched) >= o.Limit && rest[i]+rw < kth+rest[kthAt]-rest[i] {
+			kth, kthAt = x.kth(sc.score, sc.touched, o.Limit), i
 			if rest[i]+rw < kth {
 				break
 			}
@@ -777,32 +792,41 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 }
 
 // kth is the k-th best text score among ids; only ever called with at
-// least k of them.
+// least k of them. The heap is written out: container/heap would box
+// every score it is handed, one allocation per candidate.
 func (x *textIndex) kth(score []float64, ids []uint32, k int) float64 {
-	h := make(floatHeap, 0, k)
+	h := make([]float64, 0, k)
 	for _, id := range ids {
 		v := score[id]
 		if len(h) < k {
-			heap.Push(&h, v)
+			h = append(h, v)
+			for c := len(h) - 1; c > 0; {
+				p := (c - 1) / 2
+				if h[p] <= h[c] {
+					break
+				}
+				h[p], h[c] = h[c], h[p]
+				c = p
+			}
 		} else if v > h[0] {
 			h[0] = v
-			heap.Fix(&h, 0)
+			for p := 0; ; {
+				c := 2*p + 1
+				if c >= len(h) {
+					break
+				}
+				if c+1 < len(h) && h[c+1] < h[c] {
+					c++
+				}
+				if h[p] <= h[c] {
+					break
+				}
+				h[p], h[c] = h[c], h[p]
+				p = c
+			}
 		}
 	}
 	return h[0]
-}
-
-type floatHeap []float64
-
-func (h floatHeap) Len() int           { return len(h) }
-func (h floatHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h floatHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *floatHeap) Push(v any)        { *h = append(*h, v.(float64)) }
-func (h *floatHeap) Pop() any {
-	old := *h
-	v := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return v
 }
 
 // better orders hits by score, then newer first, then key, so equal scores

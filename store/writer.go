@@ -560,6 +560,13 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 // order, and reports each batch done to Search, Scan and Check (s.indexed).
 func (s *Store) indexer(in <-chan *batch, done chan<- struct{}) {
 	defer close(done)
+	// The records found at Open first: every later batch's index work
+	// (adds, and removals by forget, purge or quarantine) comes after.
+	for _, t := range s.loadedTexts {
+		s.idx.addTexts(t.key, t.at, t.group, t.texts)
+	}
+	s.loadedTexts = nil
+	close(s.textsLoaded)
 	for b := range in {
 		if b.applied {
 			for _, a := range b.afters {
@@ -642,11 +649,25 @@ func (s *Store) waitApplied(ctx context.Context) error {
 // waitIndexed returns once the indexes hold every batch acknowledged
 // before the call.
 func (s *Store) waitIndexed(ctx context.Context) error {
+	if err := s.waitTextsLoaded(ctx); err != nil {
+		return err
+	}
 	acked := s.ackedSeq.Load()
 	if s.appliedSeq.Load() < acked {
 		s.wantApplied()
 	}
 	return s.indexed.wait(ctx, acked)
+}
+
+// waitTextsLoaded returns once the text index holds the records found
+// at Open.
+func (s *Store) waitTextsLoaded(ctx context.Context) error {
+	select {
+	case <-s.textsLoaded:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // wantApplied asks the syncer to apply an acknowledged batch now rather

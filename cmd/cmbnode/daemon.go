@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"cmbnode/node/daemon"
@@ -25,7 +28,7 @@ func ifGiven[T any](given map[string]bool, name string, v *T) *T {
 }
 
 func cmdDaemon(e *env, args []string) error {
-	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L]")
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L] [--cpuprofile FILE]")
 	home := homeFlag(fs)
 	// Only flags given on the command line override the file.
 	var o daemon.Overrides
@@ -44,6 +47,7 @@ func cmdDaemon(e *env, args []string) error {
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (for `go tool pprof`), finished when it stops")
 	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
@@ -66,7 +70,27 @@ func cmdDaemon(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return withFix(daemon.Run(e.ctx, daemon.Options{
 		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Version: version(),
 	}))
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -334,6 +334,11 @@ func Run(ctx context.Context, opts Options) error {
 		defer close(pruned)
 		pruneRoster(bg, n, cfg.Admission.RosterIdleTTL.Duration, log)
 	}()
+	trimmed := make(chan struct{})
+	go func() {
+		defer close(trimmed)
+		trimAfterBursts(bg, n)
+	}()
 
 	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "private", !cfg.Public, "home", home, "cmbs", n.Status().CMBs)
 	if opts.Ready != nil {
@@ -356,6 +361,7 @@ func Run(ctx context.Context, opts Options) error {
 	stopBG()
 	<-retained
 	<-pruned
+	<-trimmed
 	if err := d.stop(); err != nil && serveErr == nil {
 		serveErr = err
 	}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // fakeServer answers /v1/embeddings with vector i = (len(text), i+1, 0…),
@@ -179,4 +183,67 @@ func TestHashed(t *testing.T) {
 	if z := h.Vector("  ,,, "); Dot(z, z) != 0 {
 		t.Fatal("a text with no word has a vector")
 	}
+}
+
+// TestHashedMatchesStringHashing: Vector gives, bucket for bucket, the
+// vectors of hashing each n-gram as a string with hash/fnv, which is what
+// earlier releases stored beside records and what peers compute.
+func TestHashedMatchesStringHashing(t *testing.T) {
+	h := DefaultHashed()
+	for _, text := range []string{
+		"The release ships on Friday after the freeze.",
+		"a", "ab", "  ,,, ", "", "x1 y2 z3",
+		"Ünïcödé wörds, ÇA VA? naïve café",
+		"日本語のテキスト と 漢字 123",
+		"emoji 🙂 between words🙂here",
+		"ASCII: MiXeD case, digits 42x7, punct.-_/'\"[]{}~^`@ end",
+		"\x00\x01\x7f tabs\tand\nnewlines\r\n",
+		strings.Repeat("averyveryverylongwordthatrunsonandon", 5) + " then short",
+		strings.Repeat("x", 62) + " " + strings.Repeat("y", 63) + " " + strings.Repeat("z", 64),
+	} {
+		want := hashedByString(h, text)
+		got := h.Vector(text)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%q: bucket %d is %v, hashing strings gives %v", text, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// hashedByString is the kernel written the plain way: an fnv hasher and a
+// string per n-gram.
+func hashedByString(h Hashed, text string) []float32 {
+	v := make([]float32, h.Dim)
+	text = strings.ToLower(norm.NFC.String(text))
+	var word []rune
+	flush := func() {
+		if len(word) == 0 {
+			return
+		}
+		g := append(append([]rune{'\x02'}, word...), '\x03')
+		n := min(h.N, len(g))
+		for i := 0; i+n <= len(g); i++ {
+			f := fnv.New64a()
+			f.Write([]byte(string(g[i : i+n])))
+			x := f.Sum64()
+			b := int(x % uint64(h.Dim))
+			if x>>63 == 1 {
+				v[b]--
+			} else {
+				v[b]++
+			}
+		}
+		word = word[:0]
+	}
+	for _, r := range text {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			word = append(word, r)
+			continue
+		}
+		flush()
+	}
+	flush()
+	Normalize(v)
+	return v
 }

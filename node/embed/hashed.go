@@ -3,9 +3,9 @@ package embed
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -40,32 +40,42 @@ func (h Hashed) Encode(_ context.Context, texts []string) ([][]float32, error) {
 }
 
 // Vector is one text's vector; all zero for a text with no word.
+//
+// Each n-gram's bucket is FNV-1a (64-bit) of the n-gram's UTF-8 bytes,
+// computed in place: the vectors are those of hashing each n-gram as a
+// string, without a hasher or a string per n-gram.
 func (h Hashed) Vector(text string) []float32 {
 	v := make([]float32, h.Dim)
+	if isASCII(text) {
+		h.addASCII(v, text)
+		Normalize(v)
+		return v
+	}
 	text = strings.ToLower(norm.NFC.String(text))
-	var word []rune
+	g := make([]rune, 0, 32) // the word with its boundary marks
 	flush := func() {
-		if len(word) == 0 {
+		if len(g) == 1 {
 			return
 		}
-		g := append(append([]rune{'\x02'}, word...), '\x03')
+		g = append(g, '\x03')
 		n := min(h.N, len(g))
 		for i := 0; i+n <= len(g); i++ {
-			f := fnv.New64a()
-			f.Write([]byte(string(g[i : i+n])))
-			x := f.Sum64()
-			b := int(x % uint64(h.Dim))
-			if x>>63 == 1 {
-				v[b]--
-			} else {
-				v[b]++
+			x := uint64(fnvOffset64)
+			var enc [utf8.UTFMax]byte
+			for _, r := range g[i : i+n] {
+				for _, c := range enc[:utf8.EncodeRune(enc[:], r)] {
+					x ^= uint64(c)
+					x *= fnvPrime64
+				}
 			}
+			h.count(v, x)
 		}
-		word = word[:0]
+		g = g[:1]
 	}
+	g = append(g, '\x02')
 	for _, r := range text {
 		if unicode.IsLetter(r) || unicode.IsDigit(r) {
-			word = append(word, r)
+			g = append(g, r)
 			continue
 		}
 		flush()
@@ -73,4 +83,69 @@ func (h Hashed) Vector(text string) []float32 {
 	flush()
 	Normalize(v)
 	return v
+}
+
+// FNV-1a's 64-bit parameters (hash/fnv).
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// addASCII is Vector's n-gram counting for ASCII text, which NFC leaves
+// as it is and whose letters and digits are single bytes: the same
+// buckets, without normalising, lowering or decoding the text first.
+func (h Hashed) addASCII(v []float32, text string) {
+	var buf [64]byte
+	w := append(buf[:0], '\x02') // the word with its boundary marks
+	flush := func() {
+		if len(w) == 1 {
+			return
+		}
+		w = append(w, '\x03')
+		n := min(h.N, len(w))
+		for i := 0; i+n <= len(w); i++ {
+			x := uint64(fnvOffset64)
+			for _, c := range w[i : i+n] {
+				x ^= uint64(c)
+				x *= fnvPrime64
+			}
+			h.count(v, x)
+		}
+		w = w[:1]
+	}
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case 'A' <= c && c <= 'Z':
+			w = append(w, c+'a'-'A')
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			w = append(w, c)
+		default:
+			flush()
+		}
+	}
+	flush()
+}
+
+// count adds an n-gram of hash x to its signed bucket.
+func (h Hashed) count(v []float32, x uint64) {
+	var b uint64
+	if h.Dim&(h.Dim-1) == 0 {
+		b = x & uint64(h.Dim-1) // x % Dim, without a division
+	} else {
+		b = x % uint64(h.Dim)
+	}
+	if x>>63 == 1 {
+		v[b]--
+	} else {
+		v[b]++
+	}
 }

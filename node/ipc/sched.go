@@ -75,9 +75,12 @@ func (s *sched) submit(q *fairQ, job func()) {
 		q.vstart = min(max(q.vstart, s.vnow), s.vnow+q.cost())
 	}
 	q.jobs = append(q.jobs, job)
+	// Every job queued wakes a worker: a connection's jobs run side by
+	// side, each on a worker of its own, when workers are free.
 	switch {
 	case q.idx >= 0:
 		heap.Fix(&s.ready, q.idx)
+		s.work.Signal()
 	case !q.parked:
 		heap.Push(&s.ready, q)
 		s.work.Signal()
@@ -139,6 +142,7 @@ func (s *sched) worker() {
 		q.vstart += charged
 		if len(q.jobs) > 0 {
 			heap.Push(&s.ready, q)
+			s.work.Signal()
 		}
 		s.mu.Unlock()
 		t0 := time.Now()

@@ -41,7 +41,9 @@ type Options struct {
 	// WriteQueue is how many messages may wait to be written to one client
 	// (1024). A client that lets it fill has stopped reading and is dropped.
 	WriteQueue int
-	// EventQueue is a listener's queue on the node's event bus (256).
+	// EventQueue is a listener's queue on the node's event bus (8192):
+	// a burst that long waits for a listener that reads. The events in
+	// it are shared with every other listener's (a slot is 32 bytes).
 	EventQueue int
 	// MessageTimeout bounds the time from a message's first byte to its
 	// last (30 s), so a half-sent message cannot hold a connection forever.
@@ -85,7 +87,7 @@ func DefaultOptions() Options {
 		MaxConns:       1024,
 		MaxInFlight:    64,
 		WriteQueue:     1024,
-		EventQueue:     256,
+		EventQueue:     8192,
 		MessageTimeout: 30 * time.Second,
 		HelloTimeout:   30 * time.Second,
 		WriteTimeout:   10 * time.Second,
@@ -472,6 +474,12 @@ type conn struct {
 	// unsent is the part of held that is replies not yet written.
 	unsent atomic.Int64
 	q      *fairQ
+
+	// The pipeline of id-less remembers and publishes, the reader's own:
+	// how many were submitted since it last waited for everything, and
+	// the channel closed once the last of them has queued its reply.
+	piped    int
+	pipeTail chan struct{}
 }
 
 // hold counts n bytes held for c; over the server's budget, the client
@@ -645,15 +653,20 @@ func (c *conn) enqueue(m outMsg) bool {
 
 func (c *conn) writer() {
 	defer close(c.writerDone)
+	var writeFrame func() bool
 	var frame []byte
-	write := func(b []byte) bool {
-		frame = frame[:0]
+	appendMsg := func(dst, b []byte) []byte {
 		if c.framed {
-			frame = binary.BigEndian.AppendUint32(frame, uint32(len(b)))
-			frame = append(frame, b...)
-		} else {
-			frame = append(append(frame, b...), '\n')
+			dst = binary.BigEndian.AppendUint32(dst, uint32(len(b)))
+			return append(dst, b...)
 		}
+		return append(append(dst, b...), '\n')
+	}
+	write := func(b []byte) bool {
+		frame = appendMsg(frame[:0], b)
+		return writeFrame()
+	}
+	writeFrame = func() bool {
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 		if _, err := c.nc.Write(frame); err != nil {
 			var ne net.Error
@@ -688,15 +701,44 @@ func (c *conn) writer() {
 				return
 			}
 		case ev := <-evC:
-			// An event being written counts against the budget as a reply
-			// does, so listeners that do not read are bounded by it too.
-			if b := c.srv.eventBytes(ev); b != nil {
-				c.holdReply(len(b))
-				ok := write(b)
-				c.releaseReply(len(b))
-				if !ok {
-					return
+			// Events waiting go out together, in one write: a listener
+			// that reads keeps up with a burst at a syscall per batch,
+			// where one per event fell behind and was dropped. Events
+			// being written count against the budget as replies do, so
+			// listeners that do not read are bounded by it too.
+			frame = frame[:0]
+			flush := func() bool {
+				n := len(frame)
+				if n == 0 {
+					return true
 				}
+				c.holdReply(n)
+				ok := writeFrame()
+				c.releaseReply(n)
+				frame = frame[:0]
+				return ok
+			}
+			for n := 1; ; n++ {
+				if b := c.srv.eventBytes(ev); b != nil {
+					if len(frame) > 0 && len(frame)+len(b) > eventBatchBytes && !flush() {
+						return
+					}
+					frame = appendMsg(frame, b)
+				}
+				if n == eventBatch {
+					break
+				}
+				var more bool
+				select {
+				case ev, more = <-evC:
+				default:
+				}
+				if !more {
+					break
+				}
+			}
+			if !flush() {
+				return
 			}
 		case <-c.readDone:
 			for {
@@ -714,6 +756,12 @@ func (c *conn) writer() {
 		}
 	}
 }
+
+// eventBatch and eventBatchBytes bound the events written in one go.
+const (
+	eventBatch      = 64
+	eventBatchBytes = 32 << 10
+)
 
 func (s *Server) eventBytes(ev events.Event) []byte {
 	b, err := encodeEvent(ev.Name, ev.Data)
@@ -747,7 +795,7 @@ func (c *conn) readLoop() {
 		first = false
 		switch {
 		case errors.Is(err, errTooLarge):
-			c.send(encodeError("", nil, Errorf(CodeTooLarge, "message is over the %d-byte limit; nothing of it was used", MaxMessage)))
+			c.sendInOrder(encodeError("", nil, Errorf(CodeTooLarge, "message is over the %d-byte limit; nothing of it was used", MaxMessage)))
 			continue
 		case err != nil:
 			var ne net.Error
@@ -887,12 +935,16 @@ func (c *conn) readFrame() ([]byte, error) {
 // concurrently (up to MaxInFlight) and may be answered out of order;
 // a request without one waits for everything before it and is answered
 // before anything after it is read, so id-less clients such as the
-// reference runtime's get replies in request order.
+// reference runtime's get replies in request order. The exception is a
+// run of id-less remembers and publishes: they are pipelined (each
+// starts without waiting for the one before, so they share the store's
+// group commits) and answered in request order; whatever comes after
+// the run waits for all of it.
 func (c *conn) process(msg []byte) bool {
 	msg = bytes.TrimSpace(msg)
 	if len(msg) == 0 {
 		if c.framed {
-			c.send(encodeError("", nil, Errorf(CodeBadRequest, "empty frame")))
+			c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "empty frame")))
 		}
 		return true // blank lines are allowed between NDJSON messages
 	}
@@ -902,7 +954,7 @@ func (c *conn) process(msg []byte) bool {
 		if err != nil {
 			reason = err.Error()
 		}
-		c.send(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
+		c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "malformed request: %s", reason)))
 		return true
 	}
 	// Text that is not UTF-8 is refused before anything of the request is
@@ -913,7 +965,7 @@ func (c *conn) process(msg []byte) bool {
 		if member != "id" && validID(m["id"]) {
 			id = m["id"]
 		}
-		c.send(encodeError("", id, badTextError(member, problem)))
+		c.sendInOrder(encodeError("", id, badTextError(member, problem)))
 		return true
 	}
 	id := m["id"]
@@ -921,15 +973,15 @@ func (c *conn) process(msg []byte) bool {
 		id = nil
 	}
 	if !validID(id) {
-		c.send(encodeError("", nil, Errorf(CodeBadRequest, "id must be a string or a number")))
+		c.sendInOrder(encodeError("", nil, Errorf(CodeBadRequest, "id must be a string or a number")))
 		return true
 	}
 	var typ string
 	if raw, ok := m["type"]; !ok {
-		c.send(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
+		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
 		return true
 	} else if json.Unmarshal(raw, &typ) != nil || typ == "" {
-		c.send(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
+		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
 		return true
 	}
 	if cap(c.buf) > 256<<10 {
@@ -938,16 +990,34 @@ func (c *conn) process(msg []byte) bool {
 	// The request is held until its reply is queued (which holds the reply).
 	size := len(msg)
 	c.hold(size)
+	piped := id == nil && (typ == TypeRemember || typ == TypePublish)
+	// A piped request's reply waits for the one before it (prev) and
+	// lets the next go (done).
+	var prev, done chan struct{}
 	run := func() {
 		defer func() { <-c.sem; c.inflight.Done(); c.release(size) }()
+		if done != nil {
+			defer close(done)
+		}
 		if c.ctx.Err() != nil {
 			return // dropped meanwhile: nobody will read the reply
 		}
-		if reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m)); reply != nil {
+		reply := c.srv.limitReply(typ, id, c.handle(c.ctx, typ, id, m))
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-c.dead:
+				return
+			}
+		}
+		if reply != nil {
 			c.send(reply)
 		}
 	}
-	if id == nil {
+	if !piped {
+		c.flushPipe()
+	}
+	if id == nil && !(piped && c.piped > 0) {
 		c.inflight.Wait()
 	}
 	select {
@@ -956,12 +1026,32 @@ func (c *conn) process(msg []byte) bool {
 		c.release(size)
 		return false
 	}
+	if piped {
+		prev, done = c.pipeTail, make(chan struct{})
+		c.pipeTail = done
+		c.piped++
+	}
 	c.inflight.Add(1)
 	c.srv.sched.submit(c.q, run)
-	if id == nil {
+	if id == nil && !piped {
 		c.inflight.Wait()
 	}
 	return true
+}
+
+// sendInOrder sends a reply the reader itself makes, after the
+// pipeline's replies, which were asked for before it.
+func (c *conn) sendInOrder(b []byte) bool {
+	c.flushPipe()
+	return c.send(b)
+}
+
+// flushPipe waits until every request of the pipeline has been answered.
+func (c *conn) flushPipe() {
+	if c.piped > 0 {
+		c.inflight.Wait()
+		c.piped, c.pipeTail = 0, nil
+	}
 }
 
 // limitReply keeps replies within the message cap too.

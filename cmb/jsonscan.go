@@ -1,0 +1,115 @@
+package cmb
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Reading JSON that is known to be valid: a record or frame is checked
+// once (json.Valid) where it enters, and then taken apart member by
+// member without being scanned and validated again at every depth, as
+// json.Unmarshal into a map of raw members would. The results are those
+// of json.Unmarshal: member names unescaped, the last of repeated names
+// winning, each value's bytes without the white space around it.
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the valid JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	default: // a number or a literal
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && !isSpace(b[i]) {
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the end of the string starting at b[i] (its quote).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// objectMembers is the members of the valid JSON object raw, as
+// json.Unmarshal into a map[string]json.RawMessage gives them.
+func objectMembers(raw []byte) map[string]json.RawMessage {
+	obj := make(map[string]json.RawMessage, 8)
+	eachMember(raw, func(name string, v []byte) { obj[name] = v })
+	return obj
+}
+
+// eachMember calls fn with each member of the valid JSON object raw, in
+// order.
+func eachMember(raw []byte, fn func(name string, v []byte)) {
+	i := skipSpace(raw, 1)
+	for i < len(raw) && raw[i] == '"' {
+		end := skipString(raw, i)
+		name := unquote(raw[i:end])
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the colon
+		vend := skipValue(raw, i)
+		fn(name, raw[i:vend:vend])
+		i = skipSpace(raw, vend)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+}
+
+// unquote is the valid JSON string q decoded as json.Unmarshal decodes it.
+// Most strings have no escape and are valid UTF-8: their bytes are the text.
+func unquote(q []byte) string {
+	body := q[1 : len(q)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body)
+	}
+	var s string
+	json.Unmarshal(q, &s)
+	return s
+}
+
+// trimJSON is raw without the white space around it.
+func trimJSON(raw []byte) []byte {
+	i, j := 0, len(raw)
+	for i < j && isSpace(raw[i]) {
+		i++
+	}
+	for j > i && isSpace(raw[j-1]) {
+		j--
+	}
+	return raw[i:j]
+}
