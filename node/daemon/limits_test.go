@@ -21,7 +21,7 @@ func TestMetricsShowLocalLimitsHit(t *testing.T) {
 	ctx := context.Background()
 	metricsAddr := freeAddr(t)
 	d := start(t, t.TempDir(), Options{Overrides: Overrides{Metrics: &metricsAddr},
-		IPC: ipc.Options{MaxConns: 3, HelloTimeout: 4 * time.Second}})
+		IPC: ipc.Options{MaxConns: 3, MaxListeners: 3, HelloTimeout: 4 * time.Second}})
 	c := client(t, d.socket)
 	for i := range 20 {
 		big := strings.Repeat(fmt.Sprintf("wide %02d ", i), 7<<10)
@@ -83,6 +83,7 @@ func TestMetricsShowLocalLimitsHit(t *testing.T) {
 	for _, want := range []string{
 		"\ncmbnode_socket_idle_closed_total 1\n", "\ncmbnode_socket_evicted_total 1\n", "\ncmbnode_socket_refused_total 1\n",
 		"\ncmbnode_socket_clients 3\n", "\n# TYPE cmbnode_socket_dropped_total counter\n",
+		"\ncmbnode_socket_listeners 3\n", "\ncmbnode_socket_listen_refused_total 0\n",
 		"\ncmbnode_cgp_queries_total 2\n", "\ncmbnode_cgp_anchors_refused_total 1\n",
 		"\ncmbnode_cgp_results_truncated_bytes_total 1\n", "\ncmbnode_cgp_busy_total 0\n", "\ncmbnode_cgp_deadline_exceeded_total 0\n",
 	} {

@@ -109,7 +109,7 @@ func TestSilentConnectionsDoNotLockAgentsOut(t *testing.T) {
 func TestRoomIsMadeFromTheIdlest(t *testing.T) {
 	cgp := newHeldCGP()
 	defer close(cgp.release)
-	ts := startServer(t, func(o *Options) { o.CGP = cgp; o.MaxConns = 4 })
+	ts := startServer(t, func(o *Options) { o.CGP = cgp; o.MaxConns = 4; o.MaxListeners = 4 })
 
 	listener := dialRaw(t, ts.path)
 	wantResult(t, listener.call(`{"type":"listen","id":1}`), "listen")
@@ -185,4 +185,32 @@ func TestIdleTimeoutSparesListenersAndRequestsInFlight(t *testing.T) {
 	if !closed(busy, 10*time.Second) {
 		t.Fatal("the connection was not closed once idle")
 	}
+}
+
+// Listeners are never closed to make room, so they are capped (at half
+// of MaxConns by default): past the cap a listen is refused `unavailable`
+// and counted, an ordinary client still gets a place, and a listener that
+// leaves frees its slot.
+func TestListenersCannotTakeEveryPlace(t *testing.T) {
+	ts := startServer(t, func(o *Options) { o.MaxConns = 8 })
+	var ls []*rawConn
+	for range 4 {
+		l := dialRaw(t, ts.path)
+		wantResult(t, l.call(`{"type":"listen"}`), "listen")
+		ls = append(ls, l)
+	}
+	extra := dialRaw(t, ts.path)
+	wantError(t, extra.call(`{"type":"listen"}`), CodeUnavailable)
+	if st := ts.srv.Stats(); st.Listeners != 4 || st.ListenRefused != 1 {
+		t.Fatalf("stats %+v, want 4 listening and 1 refused", st)
+	}
+	// The refused client keeps its connection for other requests.
+	wantResult(t, extra.call(`{"type":"status"}`), "status")
+	for range 3 {
+		c := dialRaw(t, ts.path)
+		wantResult(t, c.call(`{"type":"status"}`), "status")
+	}
+	ls[0].c.Close()
+	waitFor(t, "the listener's slot to free", func() bool { return ts.srv.Stats().Listeners == 3 })
+	wantResult(t, extra.call(`{"type":"listen"}`), "listen")
 }

@@ -35,6 +35,10 @@ type Options struct {
 	// the place of the idlest connection (see evictable); only when every
 	// one is listening or busy is it told `unavailable` and closed.
 	MaxConns int
+	// MaxListeners bounds connections subscribed with listen (MaxConns/2).
+	// Listeners are never closed to make room, so without it they could
+	// take every place; a listen past it is refused `unavailable`.
+	MaxListeners int
 	// MaxInFlight bounds concurrently handled requests per connection (64);
 	// the connection is not read further until one finishes.
 	MaxInFlight int
@@ -103,6 +107,7 @@ func (o *Options) defaults() {
 	def := DefaultOptions()
 	opt.Logger(&o.Logger)
 	opt.Default(&o.MaxConns, def.MaxConns)
+	opt.Default(&o.MaxListeners, max(o.MaxConns/2, 1))
 	opt.Default(&o.MaxInFlight, def.MaxInFlight)
 	opt.Default(&o.WriteQueue, def.WriteQueue)
 	opt.Default(&o.EventQueue, def.EventQueue)
@@ -139,7 +144,11 @@ type Server struct {
 	idleClosed atomic.Int64
 	evicted    atomic.Int64
 	refused    atomic.Int64
-	wg         sync.WaitGroup
+	// listeners counts connections with a listen subscription;
+	// listenRefused the listens refused at MaxListeners.
+	listeners     atomic.Int64
+	listenRefused atomic.Int64
+	wg            sync.WaitGroup
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -160,6 +169,9 @@ type Stats struct {
 	// Refused counts clients turned away at MaxConns: every connection was
 	// listening or busy.
 	Refused int64
+	// Listeners is how many connections listen now; ListenRefused counts
+	// listens refused at MaxListeners.
+	Listeners, ListenRefused int64
 }
 
 // InUseError means a live daemon already serves the socket.
@@ -260,6 +272,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Clients: s.clients.Load(), Accepted: s.accepted.Load(), Dropped: s.dropped.Load(), HeldBytes: s.held.Load(),
 		IdleClosed: s.idleClosed.Load(), Evicted: s.evicted.Load(), Refused: s.refused.Load(),
+		Listeners: s.listeners.Load(), ListenRefused: s.listenRefused.Load(),
 	}
 }
 
@@ -1093,9 +1106,15 @@ func (c *conn) listen(typ string, id json.RawMessage) error {
 		c.send(reply)
 		return nil
 	}
+	if n := c.srv.listeners.Add(1); n > int64(c.srv.opts.MaxListeners) {
+		c.srv.listeners.Add(-1)
+		c.srv.listenRefused.Add(1)
+		return Errorf(CodeUnavailable, "too many listeners (%d); try again later", c.srv.opts.MaxListeners)
+	}
 	sub := c.srv.node.Events().Subscribe(c.srv.opts.EventQueue)
 	if !c.enqueue(outMsg{b: reply, sub: sub}) {
 		sub.Close()
+		c.srv.listeners.Add(-1)
 		return nil
 	}
 	c.sub = sub
@@ -1107,6 +1126,7 @@ func (c *conn) listen(typ string, id json.RawMessage) error {
 // watch drops the client when the bus gives up on it: the writer could
 // not keep its event queue drained, so the client is not reading.
 func (c *conn) watch(sub *events.Sub) {
+	defer c.srv.listeners.Add(-1)
 	select {
 	case <-sub.Done():
 		if sub.Overflowed.Load() {

@@ -48,6 +48,8 @@ func newLocalCollector(sock SocketStats, eng CGPStats) *localCollector {
 			gauge("cmbnode_socket_held_bytes", "Bytes the socket holds for its clients: requests not answered, replies not written.", func(s *ss) int64 { return s.HeldBytes }),
 			counter("cmbnode_socket_idle_closed_total", "Local socket connections closed for sending nothing (HelloTimeout) or going idle (IdleTimeout).", func(s *ss) int64 { return s.IdleClosed }),
 			counter("cmbnode_socket_evicted_total", "Idle local socket connections closed to make room for a new client at the connection limit.", func(s *ss) int64 { return s.Evicted }),
+			gauge("cmbnode_socket_listeners", "Local socket connections subscribed with listen.", func(s *ss) int64 { return s.Listeners }),
+			counter("cmbnode_socket_listen_refused_total", "listen requests refused at the listener cap (MaxListeners, half the connection limit).", func(s *ss) int64 { return s.ListenRefused }),
 			counter("cmbnode_socket_refused_total", "Local socket clients refused at the connection limit: every connection was listening or busy.", func(s *ss) int64 { return s.Refused }),
 		},
 		cgpFam: []scalar[cs]{
