@@ -26,6 +26,7 @@ type stats struct {
 	peerInfoDials    atomic.Int64
 	peerInfoDropped  atomic.Int64
 	knownRedialed    atomic.Int64
+	gossipDuplicates atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters, for status and for the
@@ -66,6 +67,10 @@ type Stats struct {
 	// GossipMesh is the number of peers grafted into our GossipSub mesh for
 	// the group topic; a peer with a negative score is pruned from it.
 	GossipMesh int `json:"gossipMesh"`
+	// GossipDuplicates counts group messages GossipSub received again after
+	// the first copy (its seen cache dropped them before validation): the
+	// redundancy of the mesh, per record about the mesh degree.
+	GossipDuplicates int64 `json:"gossipDuplicates"`
 }
 
 // peerScores is the latest snapshot of GossipSub's peer scores, taken by
@@ -125,6 +130,6 @@ func (m *Mesh) Stats() Stats {
 		PeerInfoDials: m.stats.peerInfoDials.Load(), PeerInfoDialsDropped: m.stats.peerInfoDropped.Load(),
 		GossipDropped: m.drops.snapshot(), GossipGraylisted: m.scores.below(graylistThreshold),
 		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
-		Reach: m.Reach(),
+		Reach: m.Reach(), GossipDuplicates: m.stats.gossipDuplicates.Load(),
 	}
 }
