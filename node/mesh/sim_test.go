@@ -89,6 +89,12 @@ func (g *simGroup) transport() func(*mesh.Config) {
 	link := simnet.NodeBiDiLinkSettings{Downlink: simnet.LinkSettings{BitsPerSecond: bits}, Uplink: simnet.LinkSettings{BitsPerSecond: bits}}
 	addr := fmt.Sprintf("/ip4/%s/udp/8000/quic-v1", simnet.IntToPublicIPv4(i))
 	return func(c *mesh.Config) {
+		// A daemon's period, not the 3 s of the small-group tests: with
+		// 99 peers each round is 99 reconciliations and peer-info frames.
+		c.CatchUpInterval = mesh.DefaultConfig().CatchUpInterval
+		// Simulated IPs are public. AutoNAT v2's dial-back host opens a
+		// real UDP socket outside simnet, which stalls the bubble for good.
+		c.Reachability = mesh.ReachPublic
 		mesh.UseTransport(c,
 			libp2p.ListenAddrStrings(addr),
 			simlibp2p.QUICSimnet(g.net, link),
