@@ -1,6 +1,9 @@
 package mesh
 
-import "github.com/libp2p/go-libp2p/core/peer"
+import (
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
 
 // SetPeerInfoDialHook makes the mesh started from c call hook as each
 // peer-info dial starts, and the function hook returns when it ends.
@@ -10,3 +13,7 @@ func SetPeerInfoDialHook(c *Config, hook func(peer.AddrInfo) (done func())) {
 
 // DisableCatchUp makes the mesh started from c never reconcile with a peer.
 func DisableCatchUp(c *Config) { c.noCatchUp = true }
+
+// UseTransport makes the mesh started from c listen and dial only through
+// opts (a simulated network) instead of its TCP and QUIC listeners.
+func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }

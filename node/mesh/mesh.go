@@ -150,6 +150,9 @@ type Config struct {
 	// sees what gossip and fetch deliver on their own.
 	peerInfoDialHook func(peer.AddrInfo) (done func())
 	noCatchUp        bool
+	// transport, when set, replaces the listen addresses and the TCP and
+	// QUIC transports (a simulated network); ports are then not probed.
+	transport []libp2p.Option
 }
 
 // DefaultConfig returns the settings Start uses for the fields left zero.
@@ -300,11 +303,13 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	default:
 		return nil, fmt.Errorf("start mesh: reachability %q: use auto, public or private", cfg.Reachability)
 	}
-	listen, err := checkPorts(cfg.Listen, cfg.ListenFallback, cfg.Logger)
-	if err != nil {
-		return nil, err
+	if cfg.transport == nil {
+		listen, err := checkPorts(cfg.Listen, cfg.ListenFallback, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Listen = listen
 	}
-	cfg.Listen = listen
 	wire := grp
 	if cfg.Keys != nil {
 		wire = cfg.Keys.Tag()
@@ -467,11 +472,16 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
 	}
-	opts := []libp2p.Option{
+	transport := cfg.transport
+	if transport == nil {
+		transport = []libp2p.Option{
+			libp2p.ListenAddrStrings(cfg.Listen...),
+			libp2p.Transport(tcp.NewTCPTransport),
+			libp2p.Transport(libp2pquic.NewTransport),
+		}
+	}
+	opts := append([]libp2p.Option{
 		libp2p.Identity(priv),
-		libp2p.ListenAddrStrings(cfg.Listen...),
-		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Transport(libp2pquic.NewTransport),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
@@ -482,7 +492,7 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 		// Without a registerer libp2p would register in the process-global
 		// Prometheus registry, so its metrics are off unless given one.
 		metricsOpt,
-	}
+	}, transport...)
 	if len(m.staticRelays) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(m.staticRelays,
 			// Static relays cost nothing to ask again: a relay that came

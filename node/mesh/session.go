@@ -51,7 +51,11 @@ type session struct {
 	// and its fetched records are sealed under (0 in a public group).
 	epoch uint32
 
-	wmu      sync.Mutex
+	// wmu (one token) serialises frame writes. It is a channel, not a
+	// mutex: a writer queued behind one blocked on flow control then waits
+	// durably, so a testing/synctest bubble still advances its clock and
+	// the blocked write completes (simulated groups, sim_test.go).
+	wmu      chan struct{}
 	lastRecv atomic.Int64 // unix nanos of the last frame received
 
 	reqMu sync.Mutex
@@ -66,6 +70,7 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 	ss := &session{
 		m: m, s: s, pid: s.Conn().RemotePeer(), outbound: outbound,
 		reqs: map[string]chan inFrame{}, serve: make(chan struct{}, serveParallel), done: make(chan struct{}),
+		wmu: make(chan struct{}, 1),
 	}
 	defer close(ss.done)
 	if err := ss.handshake(ctx); err != nil {
@@ -235,8 +240,8 @@ func (ss *session) send(f cmb.Frame) error {
 }
 
 func (ss *session) sendRaw(p []byte) error {
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
+	ss.wmu <- struct{}{}
+	defer func() { <-ss.wmu }()
 	_ = ss.s.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := cmb.WriteFrame(ss.s, p); err != nil {
 		return fmt.Errorf("writing to %s: %w", ss.pid, err)

@@ -30,6 +30,7 @@ type stats struct {
 	serveThrottled   atomic.Int64
 	serveTruncated   atomic.Int64
 	servedBytes      atomic.Int64
+	gossipDuplicates atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters, for status and for the
@@ -86,6 +87,10 @@ type Stats struct {
 	// (depth, full, author-cap, expired): catch-up brings what peers hold.
 	ParentFetches  int64            `json:"parentFetches"`
 	PendingDropped map[string]int64 `json:"pendingDropped"`
+	// GossipDuplicates counts group messages GossipSub received again after
+	// the first copy (its seen cache dropped them before validation): the
+	// redundancy of the mesh, per record about the mesh degree.
+	GossipDuplicates int64 `json:"gossipDuplicates"`
 }
 
 // reasonCounts are counters by reason.
@@ -169,6 +174,6 @@ func (m *Mesh) Stats() Stats {
 		GossipMesh: m.drops.meshPeers(), PeerstoreRedials: m.stats.knownRedialed.Load(),
 		Reach: m.Reach(), ParentFetches: m.stats.parentFetches.Load(), PendingDropped: m.stats.pendingDropped.snapshot(),
 		ServeThrottled: m.stats.serveThrottled.Load(), ServeTruncated: m.stats.serveTruncated.Load(),
-		ServedBytes: m.stats.servedBytes.Load(),
+		ServedBytes: m.stats.servedBytes.Load(), GossipDuplicates: m.stats.gossipDuplicates.Load(),
 	}
 }

@@ -87,9 +87,9 @@ func (d *dropTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (d *dropTracer) Join(string)                              {}
 func (d *dropTracer) ValidateMessage(*pubsub.Message)          {}
 func (d *dropTracer) DeliverMessage(*pubsub.Message)           {}
-func (d *dropTracer) DuplicateMessage(*pubsub.Message)         {}
 func (d *dropTracer) ThrottlePeer(peer.ID)                     {}
 func (d *dropTracer) RecvRPC(*pubsub.RPC)                      {}
 func (d *dropTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (d *dropTracer) DuplicateMessage(*pubsub.Message)         { d.m.stats.gossipDuplicates.Add(1) }
 func (d *dropTracer) SendRPCCompleted(*pubsub.RPC, peer.ID, time.Duration) {
 }

@@ -1,0 +1,147 @@
+package mesh_test
+
+import (
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/x/simlibp2p"
+	"github.com/marcopolo/simnet"
+
+	"cmbnode/node/mesh"
+)
+
+// simGroup is a private group of real members (node.Node over a badger
+// store, node/mesh over a libp2p host) on go-libp2p's simulated network:
+// QUIC over simnet links with per-pair latency, inside a testing/synctest
+// bubble, so time only moves when every goroutine waits and the
+// latencies are exact whatever the load on the machine.
+type simGroup struct {
+	t   testing.TB
+	net *simnet.Simnet
+	ms  []*member
+	rng *rand.Rand
+	// addrs counts the simulated IPs handed out: a member restarted gets a
+	// fresh one, as a laptop back on another network would.
+	addrs int
+	// link is the bandwidth of each member's up and down link; slow is
+	// the one given to every slowEvery-th address (0: none).
+	link, slow int
+	slowEvery  int
+	tune       func(*mesh.Config)
+}
+
+type simOptions struct {
+	// minLatency..maxLatency is each pair's one-way link latency, fixed
+	// per pair.
+	minLatency, maxLatency time.Duration
+	linkBits, slowBits     int
+	slowEvery              int
+	tune                   func(*mesh.Config)
+}
+
+// newSimGroup starts the simulated network; members are added with add.
+// It must be called inside a synctest bubble.
+func newSimGroup(t testing.TB, o simOptions) *simGroup {
+	g := &simGroup{t: t, rng: rand.New(rand.NewPCG(1, 2)), link: o.linkBits, slow: o.slowBits, slowEvery: o.slowEvery, tune: o.tune}
+	if g.tune == nil {
+		g.tune = func(*mesh.Config) {}
+	}
+	span := o.maxLatency - o.minLatency
+	g.net = &simnet.Simnet{
+		Logger: slog.New(slog.DiscardHandler),
+		LatencyFunc: func(p *simnet.Packet) time.Duration {
+			return o.minLatency + pairDelay(p.From, p.To, span)
+		},
+	}
+	g.net.Start()
+	t.Cleanup(func() { g.net.Close() }) // after every member (cleanups run last-in first-out)
+	return g
+}
+
+// pairDelay is a delay in [0, span) fixed for the unordered pair a, b.
+func pairDelay(a, b net.Addr, span time.Duration) time.Duration {
+	if span <= 0 {
+		return 0
+	}
+	x, y := a.String(), b.String()
+	if x > y {
+		x, y = y, x
+	}
+	h := fnv.New64a()
+	h.Write([]byte(x + "|" + y))
+	return time.Duration(h.Sum64() % uint64(span))
+}
+
+// transport is the mesh option putting a member on the next simulated IP.
+func (g *simGroup) transport() func(*mesh.Config) {
+	i := g.addrs
+	g.addrs++
+	bits := g.link
+	if g.slowEvery > 0 && i%g.slowEvery == g.slowEvery-1 {
+		bits = g.slow
+	}
+	link := simnet.NodeBiDiLinkSettings{Downlink: simnet.LinkSettings{BitsPerSecond: bits}, Uplink: simnet.LinkSettings{BitsPerSecond: bits}}
+	addr := fmt.Sprintf("/ip4/%s/udp/8000/quic-v1", simnet.IntToPublicIPv4(i))
+	return func(c *mesh.Config) {
+		// A daemon's period, not the 3 s of the small-group tests: with
+		// 99 peers each round is 99 reconciliations and peer-info frames.
+		c.CatchUpInterval = mesh.DefaultConfig().CatchUpInterval
+		// Simulated IPs are public. AutoNAT v2's dial-back host opens a
+		// real UDP socket outside simnet, which stalls the bubble for good.
+		c.Reachability = mesh.ReachPublic
+		mesh.UseTransport(c,
+			libp2p.ListenAddrStrings(addr),
+			simlibp2p.QUICSimnet(g.net, link),
+			// identify's address discovery stalls a synctest bubble
+			// (x/simlibp2p does the same).
+			libp2p.DisableIdentifyAddressDiscovery(),
+		)
+	}
+}
+
+// add starts a member bootstrapped to up to three random members already
+// running; peer exchange (peer-info) finds it the rest.
+func (g *simGroup) add(name string) *member {
+	var boot []*member
+	for _, i := range g.rng.Perm(len(g.ms))[:min(3, len(g.ms))] {
+		if g.ms[i].m != nil {
+			boot = append(boot, g.ms[i])
+		}
+	}
+	mb := newMember(g.t, "thousand", name, boot, with(g.tune, g.transport()))
+	g.ms = append(g.ms, mb)
+	return mb
+}
+
+// restart brings a stopped member back on a fresh address, bootstrapped to
+// up to three random running members.
+func (g *simGroup) restart(mb *member) {
+	var boot []*member
+	for _, i := range g.rng.Perm(len(g.ms)) {
+		if g.ms[i].m != nil && g.ms[i] != mb {
+			boot = append(boot, g.ms[i])
+			if len(boot) == 3 {
+				break
+			}
+		}
+	}
+	mb.tune = with(g.tune, g.transport())
+	mb.start(boot)
+}
+
+// running are the members whose mesh is up.
+func (g *simGroup) running() []*member {
+	var out []*member
+	for _, mb := range g.ms {
+		if mb.m != nil {
+			out = append(out, mb)
+		}
+	}
+	return out
+}
