@@ -18,7 +18,7 @@ type pkg struct {
 
 func listPackages(t *testing.T) map[string]pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps=false", "-json", "cmbnode/...")
+	cmd := exec.Command("go", "list", "-deps=false", "-json", "github.com/cmbnode/cmbnode/...")
 	cmd.Dir = ".."
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -62,27 +62,27 @@ var rules = []struct {
 	forbidden []string
 	why       string
 }{
-	{"cmbnode/cmb", true, []string{"cmbnode/store", "cmbnode/node/...", "cmbnode/lineage/...", badger, libp2p}, "the record format stands alone"},
-	{"cmbnode/e2e", true, []string{"cmbnode/store", "cmbnode/node/...", badger, libp2p}, "sealing stands alone"},
-	{"cmbnode/group", true, []string{"cmbnode/cmb", "cmbnode/store", "cmbnode/node/...", badger, libp2p}, "group names stand alone"},
-	{"cmbnode/node/groupkey", true, []string{"cmbnode/cmb", "cmbnode/e2e", "cmbnode/store", "cmbnode/node", "cmbnode/node/mesh", "cmbnode/node/config", "cmbnode/lineage/...", badger, libp2p}, "group secrets stand alone: bytes in, bytes out"},
-	{"cmbnode/node/secretfile", true, []string{"cmbnode/..."}, "secret files stand alone"},
-	{"cmbnode/internal/opt", true, []string{"cmbnode/..."}, "the options rule stands alone"},
-	{"cmbnode/internal/logx", true, []string{"cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
-	{"cmbnode/lineage/walk", true, []string{"cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
-	{"cmbnode/lineage", false, []string{badger, libp2p, "cmbnode/node/..."}, "lineage reads through store's API, never badger"},
-	{"cmbnode/node/svaf", true, []string{"cmbnode/..."}, "the SVAF evaluator is arithmetic over vectors"},
-	{"cmbnode/node/embed", true, []string{"cmbnode/store", "cmbnode/node", "cmbnode/node/mesh", "cmbnode/lineage/...", badger, libp2p}, "encoders know no store, node or network library"},
-	{"cmbnode/store", true, []string{"cmbnode/node/...", "cmbnode/lineage/...", libp2p}, "the store knows no node, mesh or protocol adapter"},
-	{"cmbnode/node", false, []string{"cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/mesh", "cmbnode/node/ipc", "cmbnode/node/daemon", "cmbnode/node/metrics", "cmbnode/node/config", libp2p, badger}, "the core imports no adapter"},
-	{"cmbnode/node/mesh", false, []string{"cmbnode/store", "cmbnode/lineage/...", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/ipc", "cmbnode/node/daemon", "cmbnode/node/metrics", badger}, "the mesh goes through the node, and metrics read the mesh"},
-	{"cmbnode/node/ipc", false, []string{"cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", "cmbnode/node/daemon", libp2p, badger}, "the socket goes through the node"},
-	{"cmbnode/node/cgp", true, []string{"cmbnode/node", "cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/ipc", badger, libp2p}, "the CGP engine works on its Backend only"},
-	{"cmbnode/node/cgpnode", false, []string{"cmbnode/store", "cmbnode/node/mesh", "cmbnode/node/daemon", badger, libp2p}, "the CGP adapter goes through the node"},
-	{"cmbnode/node/mcpnode", false, []string{"cmbnode/store", "cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/daemon", "cmbnode/node/cgp/...", "cmbnode/node/cgpnode", badger, libp2p}, "the MCP server talks to the daemon socket only"},
-	{"cmbnode/node/mcpnode", true, []string{"cmbnode/node/mesh", libp2p}, "the MCP server never opens the network itself"},
-	{"cmbnode/node/metrics", false, []string{"cmbnode/store", badger}, "metrics read the node and the mesh"},
-	{"cmbnode/cmd/cmbnode", false, []string{"cmbnode/lineage/...", "cmbnode/node/mesh", "cmbnode/node/metrics", "cmbnode/node/cgp", badger, libp2p}, "cmd parses, calls node/daemon or a client, and formats"},
+	{"github.com/cmbnode/cmbnode/cmb", true, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/...", "github.com/cmbnode/cmbnode/lineage/...", badger, libp2p}, "the record format stands alone"},
+	{"github.com/cmbnode/cmbnode/e2e", true, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/...", badger, libp2p}, "sealing stands alone"},
+	{"github.com/cmbnode/cmbnode/group", true, []string{"github.com/cmbnode/cmbnode/cmb", "github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/...", badger, libp2p}, "group names stand alone"},
+	{"github.com/cmbnode/cmbnode/node/groupkey", true, []string{"github.com/cmbnode/cmbnode/cmb", "github.com/cmbnode/cmbnode/e2e", "github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/config", "github.com/cmbnode/cmbnode/lineage/...", badger, libp2p}, "group secrets stand alone: bytes in, bytes out"},
+	{"github.com/cmbnode/cmbnode/node/secretfile", true, []string{"github.com/cmbnode/cmbnode/..."}, "secret files stand alone"},
+	{"github.com/cmbnode/cmbnode/internal/opt", true, []string{"github.com/cmbnode/cmbnode/..."}, "the options rule stands alone"},
+	{"github.com/cmbnode/cmbnode/internal/logx", true, []string{"github.com/cmbnode/cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
+	{"github.com/cmbnode/cmbnode/lineage/walk", true, []string{"github.com/cmbnode/cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
+	{"github.com/cmbnode/cmbnode/lineage", false, []string{badger, libp2p, "github.com/cmbnode/cmbnode/node/..."}, "lineage reads through store's API, never badger"},
+	{"github.com/cmbnode/cmbnode/node/svaf", true, []string{"github.com/cmbnode/cmbnode/..."}, "the SVAF evaluator is arithmetic over vectors"},
+	{"github.com/cmbnode/cmbnode/node/embed", true, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/lineage/...", badger, libp2p}, "encoders know no store, node or network library"},
+	{"github.com/cmbnode/cmbnode/store", true, []string{"github.com/cmbnode/cmbnode/node/...", "github.com/cmbnode/cmbnode/lineage/...", libp2p}, "the store knows no node, mesh or protocol adapter"},
+	{"github.com/cmbnode/cmbnode/node", false, []string{"github.com/cmbnode/cmbnode/node/cgp/...", "github.com/cmbnode/cmbnode/node/cgpnode", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/ipc", "github.com/cmbnode/cmbnode/node/daemon", "github.com/cmbnode/cmbnode/node/metrics", "github.com/cmbnode/cmbnode/node/config", libp2p, badger}, "the core imports no adapter"},
+	{"github.com/cmbnode/cmbnode/node/mesh", false, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/lineage/...", "github.com/cmbnode/cmbnode/node/cgp/...", "github.com/cmbnode/cmbnode/node/cgpnode", "github.com/cmbnode/cmbnode/node/ipc", "github.com/cmbnode/cmbnode/node/daemon", "github.com/cmbnode/cmbnode/node/metrics", badger}, "the mesh goes through the node, and metrics read the mesh"},
+	{"github.com/cmbnode/cmbnode/node/ipc", false, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/cgp/...", "github.com/cmbnode/cmbnode/node/cgpnode", "github.com/cmbnode/cmbnode/node/daemon", libp2p, badger}, "the socket goes through the node"},
+	{"github.com/cmbnode/cmbnode/node/cgp", true, []string{"github.com/cmbnode/cmbnode/node", "github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/ipc", badger, libp2p}, "the CGP engine works on its Backend only"},
+	{"github.com/cmbnode/cmbnode/node/cgpnode", false, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/daemon", badger, libp2p}, "the CGP adapter goes through the node"},
+	{"github.com/cmbnode/cmbnode/node/mcpnode", false, []string{"github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/lineage/...", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/daemon", "github.com/cmbnode/cmbnode/node/cgp/...", "github.com/cmbnode/cmbnode/node/cgpnode", badger, libp2p}, "the MCP server talks to the daemon socket only"},
+	{"github.com/cmbnode/cmbnode/node/mcpnode", true, []string{"github.com/cmbnode/cmbnode/node/mesh", libp2p}, "the MCP server never opens the network itself"},
+	{"github.com/cmbnode/cmbnode/node/metrics", false, []string{"github.com/cmbnode/cmbnode/store", badger}, "metrics read the node and the mesh"},
+	{"github.com/cmbnode/cmbnode/cmd/cmbnode", false, []string{"github.com/cmbnode/cmbnode/lineage/...", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/metrics", "github.com/cmbnode/cmbnode/node/cgp", badger, libp2p}, "cmd parses, calls node/daemon or a client, and formats"},
 }
 
 func TestImportBoundaries(t *testing.T) {
@@ -111,9 +111,9 @@ func TestImportBoundaries(t *testing.T) {
 // server and the metrics endpoint.
 func TestOneCompositionRoot(t *testing.T) {
 	roots := map[string][]string{
-		"cmbnode/node/mesh":    {"cmbnode/node/daemon", "cmbnode/node/metrics"},
-		"cmbnode/node/metrics": {"cmbnode/node/daemon"},
-		"cmbnode/node/daemon":  {"cmbnode/cmd/cmbnode"},
+		"github.com/cmbnode/cmbnode/node/mesh":    {"github.com/cmbnode/cmbnode/node/daemon", "github.com/cmbnode/cmbnode/node/metrics"},
+		"github.com/cmbnode/cmbnode/node/metrics": {"github.com/cmbnode/cmbnode/node/daemon"},
+		"github.com/cmbnode/cmbnode/node/daemon":  {"github.com/cmbnode/cmbnode/cmd/cmbnode"},
 	}
 	for path, p := range listPackages(t) {
 		for _, imp := range p.Imports {

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"cmbnode/group"
+	"github.com/cmbnode/cmbnode/group"
 )
 
 // Draft is what an author supplies to create a CMB. Build fills in the rest.

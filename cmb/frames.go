@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cmbnode/group"
+	"github.com/cmbnode/cmbnode/group"
 )
 
 // Frame type names (MMP §7.1).

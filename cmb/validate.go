@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"cmbnode/group"
+	"github.com/cmbnode/cmbnode/group"
 )
 
 // Validate checks the rules a record must meet whatever its audience: a

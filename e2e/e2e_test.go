@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/e2e"
 )
 
 // knownAnswer mirrors fixtures/e2e/known-answer.json, produced by

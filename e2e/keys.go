@@ -12,7 +12,6 @@
 package e2e
 
 import (
-	"cmbnode/cmb"
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/x509"
@@ -20,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // KeySize is the length of a raw X25519 private or public key.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // SealRecord returns a copy of r whose `fields` object is replaced by its

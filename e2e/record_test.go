@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 func sealedPair(t *testing.T) (*cmb.Record, *Box, *Box, *Box, ed25519.PublicKey) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"cmbnode/cmb"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/ecdh"
@@ -10,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 const (

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/lineage/walk"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 const base = int64(1_751_000_000_000)

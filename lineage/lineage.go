@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/lineage/walk"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Graph is what lineage needs from the store; *store.Store satisfies it.

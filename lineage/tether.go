@@ -9,8 +9,8 @@ import (
 	"math/big"
 	"strconv"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Tether verdicts (§15.8).

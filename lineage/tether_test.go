@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"testing"
 
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 type tetherVectors struct {

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/embed"
-	"cmbnode/node/svaf"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // SVAF admission (MMP §9.2, docs/recall.md "SVAF admission").

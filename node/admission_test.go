@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/embed"
-	"cmbnode/node/events"
-	"cmbnode/node/identity"
-	"cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // receive hands alice's published records to bob through Check and Accept.

@@ -3,7 +3,7 @@ package node
 import (
 	"sync"
 
-	"cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // anchorVectors caches the hashed-kernel vectors of anchors by key. A key

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Same content, several authors. A cmb1- root key covers the seven

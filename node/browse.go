@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/lineage"
-	"cmbnode/lineage/walk"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Reads for browsing without a query: one memory by a key prefix, the

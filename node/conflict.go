@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // ErrDisputed is wrapped (with ErrRejected) when a record's author is a

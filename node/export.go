@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // ExportLine is one exported record: the record exactly as held, with the

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // ErrForgotten is wrapped (with ErrNotFound) when a key was forgotten on

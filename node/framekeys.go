@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
 )
 
 // frameKeys caches the author keys frames carry, parsed, by their text:

@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"cmbnode/cmb"
-	"cmbnode/internal/opt"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Limits bound what peers can make this node spend on admission and the

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Author names in recall (docs/recall.md "Author names").

@@ -18,15 +18,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/group"
-	"cmbnode/internal/opt"
-	"cmbnode/lineage"
-	"cmbnode/node/embed"
-	"cmbnode/node/events"
-	"cmbnode/node/identity"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // SourceLocal marks records authored on this machine.

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/events"
-	"cmbnode/node/identity"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // fakeMesh records what the node publishes.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // TestPeersAreDialableWithX25519: the peers listing gives every address a

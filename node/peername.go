@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // ResolvePeer turns a recipient as a person types it into a nodeId: a

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/lineage"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // FieldsJSON is the seven fields as agents see them: name → {text, valence?, arousal?}.

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"cmbnode/lineage"
-	"cmbnode/lineage/walk"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Ranking for Recall and SearchText (docs/recall.md).

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // The reads below serve adapters that keep views of their own (the CGP

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // BenchmarkRecall is the latency of node.Recall (the socket's recall path,

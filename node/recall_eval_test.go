@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/identity"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/store"
 
 	"github.com/kljensen/snowball/english"
 )

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/group"
-	"cmbnode/lineage"
-	"cmbnode/node/events"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Source is where a received record came from.

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // What this node gives its group's peers: records fetched by key, the keys

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // TestServedRecordRules pins what a node gives a peer that asks: records of

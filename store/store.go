@@ -26,7 +26,7 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/y"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // NumFields is the number of CAT7 fields a record carries.

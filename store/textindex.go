@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // textIndex is the inverted index over the seven fields. It lives in memory

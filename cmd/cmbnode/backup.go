@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/daemon"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // sinceFlag parses --since: an RFC 3339 time or date, a duration back from

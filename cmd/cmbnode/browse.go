@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // cmdList lists the newest memories without a query, through the socket's

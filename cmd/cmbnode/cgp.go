@@ -3,9 +3,9 @@ package main
 import (
 	"log/slog"
 
-	"cmbnode/node/cgpnode"
-	"cmbnode/node/config"
-	"cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/cgpnode"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/daemon"
 )
 
 // shimArgs parses what a stdio server a host spawns takes (`cgp`, `mcp`):

@@ -22,11 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/lineage"
-	"cmbnode/node"
-	"cmbnode/node/identity"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // Query latency of the CGP provider over a realistic store, end to end: the

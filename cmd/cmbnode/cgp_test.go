@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp/cgptest"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 const cgpSchema = "../../fixtures/cgp/contextgraph-envelope.schema.json"

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 func TestCLIAgainstADaemon(t *testing.T) {

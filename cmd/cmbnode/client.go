@@ -17,12 +17,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/daemon"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
-	"cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // callTimeout bounds one CLI request to the daemon, so a wedged daemon

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // cmdConnect dials a peer at runtime, like `ipfs swarm connect`: it

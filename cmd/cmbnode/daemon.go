@@ -7,7 +7,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
-	"cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/daemon"
 )
 
 // listFlag is a repeatable string flag.

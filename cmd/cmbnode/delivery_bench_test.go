@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // The two-daemon delivery workload (issue #23): two real daemons on

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"cmbnode/node/daemon"
-	"cmbnode/node/ipc"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // withFix adds to an error from starting the daemon what the person can do

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node/daemon"
-	"cmbnode/node/ipc"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // TestWithFix: each start-up failure the store or the socket reports as

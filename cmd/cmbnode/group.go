@@ -11,13 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/group"
-	"cmbnode/node/config"
-	"cmbnode/node/daemon"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // Private groups: create, rotate and show a group's secret, print an

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // The NAT lab's numbers (make bench, as root): each sub-benchmark builds

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // The NAT lab: a small internet on one machine, in network namespaces the

@@ -4,8 +4,8 @@ import (
 	"os"
 	"runtime/debug"
 
-	"cmbnode/node/daemon"
-	"cmbnode/node/mcpnode"
+	"github.com/cmbnode/cmbnode/node/daemon"
+	"github.com/cmbnode/cmbnode/node/mcpnode"
 )
 
 func cmdMCP(e *env, args []string) error {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // BenchmarkMCPRecall is the round trip of the MCP `recall` tool at 10,000

@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/node/ipc"
-	"cmbnode/node/mcpnode"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/mcpnode"
 )
 
 // BenchmarkMCPInProcessRecall is BenchmarkMCPRecall with the MCP server in

@@ -15,8 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/cmb"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // mcpHost is an MCP host's session with a `cmbnode mcp` binary over the

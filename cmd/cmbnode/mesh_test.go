@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // meshDaemon starts a daemon on loopback with mDNS off.

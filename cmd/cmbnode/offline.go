@@ -13,11 +13,11 @@ import (
 	"io/fs"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/group"
-	"cmbnode/node/config"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 func resolveHome(flagValue string) (string, error) {

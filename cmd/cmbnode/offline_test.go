@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 type result struct {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // TestListForgetAndKeyPrefixes: list shows the newest memories without a

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/config"
 )
 
 // The README's Quick start, run as a person would in two shells: `make run`

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // syncLine words a catch-up in progress for `status`:

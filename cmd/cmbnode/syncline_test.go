@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 func TestSyncLine(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // version is the module version the binary was built from: the tag or

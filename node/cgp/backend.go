@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode"
 
-	"cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/lineage/walk"
 )
 
 // Backend is what the CGP layer needs from the node's store. The daemon

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
 )
 
 // BenchmarkQuery10k: one query through the engine (search, render, pack,

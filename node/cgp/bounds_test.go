@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // hubStore holds one record with n remixes, each remixed once more: an

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cmbnode/internal/opt"
-	"cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/lineage/walk"
 )
 
 // attestationOverhead is a generous per-frame allowance for the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
 )
 
 func mustEngine(t testing.TB, b cgp.Backend) *cgp.Engine {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
-	"cmbnode/lineage/walk"
+	"github.com/cmbnode/cmbnode/lineage/walk"
 )
 
 // Frame id prefixes. An id names what to recompute on verify, so it must be

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // HTTP binding limits. Mount the handler on a server built by

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 const (

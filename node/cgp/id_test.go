@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // CGP replies carry string ids; a numeric id is refused in words, never

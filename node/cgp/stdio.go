@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // requestTimeout is both bindings' default RequestTimeout.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // syncingBackend is a MemBackend whose provider is still catching up.

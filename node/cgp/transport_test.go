@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
 )
 
 func serveLines(t *testing.T, h cgp.Handler, in string) []map[string]any {

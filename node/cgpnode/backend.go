@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // Backend serves a node's records to the Context Graph Protocol engine.

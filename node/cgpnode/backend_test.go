@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/cgp"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 func fields(focus string) cmb.Fields {

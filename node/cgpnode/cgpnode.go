@@ -17,10 +17,10 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/cgp"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // Name is the provider name every binding acknowledges; attestations commit

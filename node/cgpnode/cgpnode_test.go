@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/node"
-	"cmbnode/node/cgp"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 const testToken = "provider-test-token-0123456789abcdef"

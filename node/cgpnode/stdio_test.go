@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // Issue #24: over stdio, a result larger than one socket message (1 MiB)

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/secretfile"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/secretfile"
 )
 
 // TokenFileName is the CGP HTTP binding's bearer token file in the home:

@@ -20,8 +20,8 @@ import (
 	"github.com/BurntSushi/toml"
 	ma "github.com/multiformats/go-multiaddr"
 
-	"cmbnode/group"
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // FileName is the config file inside the home directory.

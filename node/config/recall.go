@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
-	"cmbnode/node/embed"
-	"cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // Embeddings configure the optional dense encoder (docs/recall.md

@@ -22,18 +22,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"cmbnode/group"
-	"cmbnode/internal/logx"
-	"cmbnode/node"
-	"cmbnode/node/cgp"
-	"cmbnode/node/cgpnode"
-	"cmbnode/node/config"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
-	"cmbnode/node/mesh"
-	"cmbnode/node/metrics"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/internal/logx"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgpnode"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node/metrics"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // SocketName is the socket file inside the home directory.

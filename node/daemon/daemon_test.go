@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/config"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // syncBuffer collects logs written from several goroutines.

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"cmbnode/node/ipc"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes and unmounts it when the test

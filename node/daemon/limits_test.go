@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // Issue #24: /metrics shows the local endpoints' limits being hit: the

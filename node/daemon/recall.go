@@ -3,8 +3,8 @@ package daemon
 import (
 	"fmt"
 
-	"cmbnode/node"
-	"cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/config"
 )
 
 // recallOptions maps the config's [embeddings] and [svaf] tables onto the

@@ -5,7 +5,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // trimEvery is how often the daemon looks whether a burst of records has

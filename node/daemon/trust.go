@@ -6,9 +6,9 @@ import (
 	"errors"
 	"strings"
 
-	"cmbnode/node"
-	"cmbnode/node/ipc"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // TrustOffline pins key for nodeID as the operator's choice (confirmed and

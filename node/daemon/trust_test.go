@@ -6,8 +6,8 @@ import (
 	"crypto/rand"
 	"testing"
 
-	"cmbnode/node"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // TrustOffline pins an inviter's key, confirmed and trusted, in a home no

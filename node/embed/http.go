@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // HTTPOptions configure an OpenAI-compatible embeddings endpoint.

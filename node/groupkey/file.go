@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/group"
-	"cmbnode/node/secretfile"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node/secretfile"
 )
 
 // A home keeps each private group's secrets in groups/<name>/, one file per

@@ -35,7 +35,7 @@ import (
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/hkdf"
 
-	"cmbnode/group"
+	"github.com/cmbnode/cmbnode/group"
 )
 
 // Sizes of the group's values, in bytes.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/group"
+	"github.com/cmbnode/cmbnode/group"
 )
 
 // An invite is one line a person can paste into a chat:

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/node/secretfile"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/node/secretfile"
 )
 
 // fileV1 is identity.json. Pointers tell a missing member from an empty one.

@@ -43,9 +43,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/node/secretfile"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/node/secretfile"
 )
 
 // FileName is the identity file inside the home directory.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 func mustCreate(t *testing.T, home, name string) *identity.Identity {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // heldCGP answers queries only once release is closed, so a test can keep

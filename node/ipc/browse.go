@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // The browsing requests: recent, thread and authors, and the key prefixes

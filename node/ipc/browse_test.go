@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // collidingFoci finds two focus texts whose root records' keys share their

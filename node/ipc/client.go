@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // Client is a connection to the daemon's socket. It is safe for concurrent

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // floodResult is what one flood measured.

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"strings"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // Node is what the socket serves; *node.Node implements it.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // testServer is a node and its socket in a temporary home.

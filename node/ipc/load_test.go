@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 func netListenUnixNoUnlink(path string) (*net.UnixListener, error) {

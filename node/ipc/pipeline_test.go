@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // gateNode is a node whose Remember, once called, waits (up to a

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/events"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 func TestRememberGetLineageRecall(t *testing.T) {

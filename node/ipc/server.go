@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"cmbnode/internal/opt"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // Options configure a Server. Zero values take the defaults noted, which

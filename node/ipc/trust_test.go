@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"testing"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // The socket's trust request pins a key for a nodeId; status and peers

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // daemonLink is the server's one connection to the daemon socket, dialled

@@ -19,7 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/internal/opt"
 )
 
 // Name is the server name hosts see.

@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 func TestParseTime(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // Memory is one memory as the tools return it.

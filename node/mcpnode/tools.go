@@ -11,9 +11,9 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 func boolp(b bool) *bool { return &b }

@@ -11,7 +11,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 func connect(t *testing.T, srv *mcp.Server) *mcp.ClientSession {

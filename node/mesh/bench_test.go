@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/events"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // cluster starts n members of one group, each bootstrapped to all before it.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // Catch-up reconciles, pairwise, the records two peers hold for the group.

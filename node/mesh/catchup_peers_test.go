@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/events"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // slowServe paces what a member serves each peer to 512 KiB/s, so a

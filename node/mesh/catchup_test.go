@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/lineage"
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/lineage"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // A member stopped while its peers author 1,000 records (chains of remixes)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // A directed record is opened and stored only by its recipient; a third

@@ -10,7 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // Why a node has the peers it has: how the peers it keeps dialled fare,

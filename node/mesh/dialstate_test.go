@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // records is a slog.Handler that keeps every record, for tests that

@@ -12,9 +12,9 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/cmb"
 )
 
 // cmbnode's vendor frames (MMP §7.3: x-<vendor>-<name>, ignored by nodes

@@ -13,10 +13,10 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/cmb"
-	"cmbnode/internal/logx"
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/logx"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 )
 
 // Queue sizes. GossipSub drops silently when a queue is full, so each is

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/group"
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // testGroup is the private group grp of this test: its id and epoch-1

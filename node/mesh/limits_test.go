@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/mesh"
-	"cmbnode/store"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // newLimitedMember is newMember with the node's admission limits set.

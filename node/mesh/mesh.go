@@ -42,11 +42,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"cmbnode/group"
-	"cmbnode/internal/opt"
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // ProtocolID is the libp2p stream protocol carrying length-prefixed MMP frames.

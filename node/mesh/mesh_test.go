@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/events"
-	"cmbnode/node/mesh"
-	"cmbnode/node/metrics"
+	"github.com/cmbnode/cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node/metrics"
 )
 
 // Three alpha members and one beta member, all bootstrapped to each other:

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 type testClock struct {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/cmb"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // rotatedKeys is the test's group alpha at epoch 2, rotated rotatedAgo

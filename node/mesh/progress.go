@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // claims are the keys some catch-up is fetching right now. Catch-ups with

@@ -11,8 +11,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/cmb"
-	"cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 )
 
 // Membership proof (private groups). Right after the two handshakes, and

@@ -18,8 +18,8 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // Reachability settings and states (status shows the state).

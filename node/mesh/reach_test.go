@@ -13,10 +13,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
 
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // strangerKeys are keys of a private group named grp that is not the

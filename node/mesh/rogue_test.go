@@ -22,11 +22,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/groupkey"
-	"cmbnode/node/identity"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // rogue is a raw libp2p host that speaks /mmp/1.1.0 and the group topic by

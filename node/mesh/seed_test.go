@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // seed stores n records of one author on every member, as if gossip had

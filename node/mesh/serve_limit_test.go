@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // answers counts what the victim sends the rogue, by frame type, while

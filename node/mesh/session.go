@@ -17,11 +17,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
-	"cmbnode/cmb"
-	"cmbnode/e2e"
-	"cmbnode/group"
-	"cmbnode/node"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/e2e"
+	"github.com/cmbnode/cmbnode/group"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 const (

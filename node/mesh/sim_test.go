@@ -13,7 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/x/simlibp2p"
 	"github.com/marcopolo/simnet"
 
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // simGroup is a private group of real members (node.Node over a badger

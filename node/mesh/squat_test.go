@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // A rogue member handshakes first while claiming the nodeId of a member

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/events"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/events"
 )
 
 // TestSVAFDecisionsOverTheMesh: over real libp2p hosts, b's cmb-accepted

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/cmb"
-	"cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // rogueMember is a rogue host handshaken into grp on victim and joined to

@@ -3,9 +3,9 @@ package mesh
 import (
 	"log/slog"
 
-	"cmbnode/node"
-	"cmbnode/node/config"
-	"cmbnode/node/groupkey"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/config"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 )
 
 // ConfigFrom maps the daemon's settings onto a mesh Config. The group comes

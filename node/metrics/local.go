@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"cmbnode/node/cgp"
-	"cmbnode/node/ipc"
+	"github.com/cmbnode/cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // SocketStats is what the endpoint reads of the local socket.

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"cmbnode/internal/opt"
-	"cmbnode/node"
-	"cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 // NewRegistry returns a private registry holding the Go runtime and process

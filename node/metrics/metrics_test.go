@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"cmbnode/cmb"
-	"cmbnode/node"
-	"cmbnode/node/identity"
-	"cmbnode/node/mesh"
-	"cmbnode/node/metrics"
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/identity"
+	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/node/metrics"
 )
 
 // fixedStats stands in for a mesh with known counters.

@@ -3,8 +3,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"cmbnode/node"
-	"cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // retrievalCollector exports what admission and the dense encoder do: the

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 func pass(name, format string, args ...any) Check {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // Group is the mesh group of the seeded corpus.

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // Provider process defaults: the corpus every spawned provider serves.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"cmbnode/internal/opt"
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 // Check statuses, as the reference report spells them.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"cmbnode/node/cgp"
+	"github.com/cmbnode/cmbnode/node/cgp"
 )
 
 const schemaPath = "../../../fixtures/cgp/contextgraph-envelope.schema.json"

@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
 )
 
 func main() {
