@@ -204,12 +204,7 @@ func makeInvite(e *env, home string, g groupkey.Group, ep groupkey.Epoch, expire
 func daemonAddrs(e *env, home string) []string {
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	c, err := ipc.Dial(ctx, daemon.SocketPath(home))
-	if err != nil {
-		return nil
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
+	st, err := ipc.StatusAt(ctx, daemon.SocketPath(home))
 	if err != nil {
 		return nil
 	}

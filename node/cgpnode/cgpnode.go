@@ -257,12 +257,7 @@ func ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, home, so
 func daemonDense(ctx context.Context, socket string) *node.DenseStatus {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c, err := ipc.Dial(ctx, socket)
-	if err != nil {
-		return nil
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
+	st, err := ipc.StatusAt(ctx, socket)
 	if err != nil {
 		return nil
 	}

@@ -342,6 +342,17 @@ type StatusReply struct {
 	SocketClientsDropped int64           `json:"socketClientsDropped"`
 }
 
+// StatusAt asks the daemon at the socket path for its status on a
+// connection of its own, closed after.
+func StatusAt(ctx context.Context, path string) (StatusReply, error) {
+	c, err := Dial(ctx, path)
+	if err != nil {
+		return StatusReply{}, err
+	}
+	defer c.Close()
+	return c.Status(ctx)
+}
+
 // Status describes the running node.
 func (c *Client) Status(ctx context.Context) (StatusReply, error) {
 	var r StatusReply
