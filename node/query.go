@@ -226,8 +226,9 @@ func (n *Node) Lineage(ctx context.Context, key string, depth int) (LineageResul
 type Storage struct {
 	Writable bool `json:"writable"`
 	DiskFull bool `json:"diskFull"`
-	// ReadOnly: opened on a full disk; a restart once space is freed
-	// makes it writable. Otherwise writes resume by themselves.
+	// ReadOnly: opened on a full disk, too full to open the store for
+	// writing; once space is freed it reopens itself writable. Either way
+	// writes resume by themselves.
 	ReadOnly bool   `json:"readOnly,omitempty"`
 	Path     string `json:"path,omitempty"`
 	Free     uint64 `json:"freeBytes,omitempty"`

@@ -83,7 +83,7 @@ func (s *Store) GetAnnex(ctx context.Context, ns, key string) (val []byte, ok bo
 	if err := s.readable(ctx); err != nil {
 		return nil, false, err
 	}
-	err = s.db.View(func(txn *badger.Txn) error {
+	err = s.view(func(txn *badger.Txn) error {
 		it, err := txn.Get(annexKey(ns, key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil

@@ -77,7 +77,7 @@ func (s *Store) Check(ctx context.Context) error {
 
 	// Every read below sees one transaction: the records and their
 	// indexes as of one moment.
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.view(func(txn *badger.Txn) error {
 		err := scanTxn(ctx, txn, badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{pRec}}, func(item *badger.Item) error {
 			key := string(item.Key()[1:])
 			var rec Record

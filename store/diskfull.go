@@ -15,21 +15,21 @@ var ErrDiskFull = errors.New("disk full")
 // DiskFullError means the store did not write because the file system
 // holding it has too little free space. Nothing of the refused write is
 // on disk and nothing acknowledged before is lost; reads go on. Writes
-// resume by themselves once Free reaches Need again, except after a start
-// on a disk too full to open badger for writing (ReadOnly), which a
-// restart ends.
+// resume by themselves once Free reaches Need again, also after a start
+// on a disk too full to open badger for writing (ReadOnly): the store then
+// reopens itself writable, at the next write or within a few seconds.
 type DiskFullError struct {
 	Path     string // the store directory
 	Free     uint64 // bytes free for the store's user when it refused
 	Need     uint64 // bytes free the store keeps before it writes
-	ReadOnly bool   // opened read-only: a restart, once space is freed, makes it writable
+	ReadOnly bool   // opened read-only on a full disk; Need is then what opening for writing takes
 	Err      error  // the write's own error (ENOSPC), or nil when the store refused beforehand
 }
 
 func (e *DiskFullError) Error() string {
 	msg := fmt.Sprintf("disk full: %s has %s free, the store needs %s free to write", e.Path, humanBytes(e.Free), humanBytes(e.Need))
 	if e.ReadOnly {
-		msg += "; it was opened read-only on the full disk: free space and restart the daemon to write again"
+		msg += "; it was opened read-only on the full disk: free space and it writes again by itself, no restart needed"
 	} else {
 		msg += "; free space and writes resume by themselves"
 	}
@@ -128,7 +128,7 @@ func allocated(path string, fi os.FileInfo) int64 {
 // diskFull builds the error for a write refused (err nil) or failed (err
 // ENOSPC) for want of space, and records it for DiskState.
 func (s *Store) diskFull(err error, need uint64) *DiskFullError {
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return s.full.Load()
 	}
 	free, _ := freeBytes(s.dir)
@@ -142,7 +142,9 @@ func (s *Store) diskFull(err error, need uint64) *DiskFullError {
 
 // DiskState returns the disk-full condition the store is in, or nil when
 // it writes. A store that refused a write for want of space reports it
-// until space is back (looked up here), when it is writable again.
+// until space is back (looked up here), when it is writable again. A
+// store opened read-only reports so until its writer has reopened it
+// writable (reopen.go), at the next write or within readOnlyRetry.
 func (s *Store) DiskState() *DiskFullError {
 	e := s.full.Load()
 	if e == nil || e.ReadOnly {

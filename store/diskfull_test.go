@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,9 +70,12 @@ func diskEntry(i int) Entry {
 // "refuses writes after an earlier failure"), reads go on, and once space
 // is freed writes resume without a restart. With the disk 100% full the
 // store closes and opens again, read-only, with everything acknowledged;
-// with space back it opens writable, and nothing acknowledged was lost.
-// Before: the first ENOSPC broke the store until restart, and a flush of
-// badger's memtable on the full disk killed the process with SIGBUS.
+// with space back that same store writes again at the next put, reads
+// going on during the swap, and nothing acknowledged before or after is
+// lost. Before: the first ENOSPC broke the store until restart, and a
+// flush of badger's memtable on the full disk killed the process with
+// SIGBUS; then, a store opened read-only refused every write until it was
+// closed and opened again.
 func TestDiskFull(t *testing.T) {
 	dir := mountTmpfs(t, 40<<20)
 	ctx := context.Background()
@@ -214,15 +218,76 @@ func TestDiskFull(t *testing.T) {
 	if _, err := s.Get(ctx, acked[len(acked)-1]); err != nil {
 		t.Fatalf("read from the read-only store: %v", err)
 	}
-	if _, _, err := s.Put(ctx, diskEntry(3_000_000), Meta{}); !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "restart") {
-		t.Fatalf("a write to the read-only store: %v", err)
+	var rof *DiskFullError
+	if _, _, err := s.Put(ctx, diskEntry(3_000_000), Meta{}); !errors.As(err, &rof) || !rof.ReadOnly {
+		t.Fatalf("a write to the read-only store: %v, want a read-only *DiskFullError", err)
 	}
-	s.Close()
 
-	// With space back it opens writable, holding everything acknowledged.
+	// With space back the same store, not reopened, becomes writable at
+	// the next write, while readers go on reading throughout.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	stop := make(chan struct{})
+	var readErr error
+	var reads int
+	held := slices.Clone(acked) // the readers' keys; acked grows meanwhile
+	var rd sync.WaitGroup
+	for r := range 2 {
+		rd.Go(func() {
+			for i := r; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := held[i%len(held)]
+				if _, err := s.Get(ctx, k); err != nil {
+					mu.Lock()
+					readErr = fmt.Errorf("get %s during the swap: %w", k, err)
+					mu.Unlock()
+					return
+				}
+				if _, err := s.Has(ctx, k); err != nil {
+					mu.Lock()
+					readErr = fmt.Errorf("has %s during the swap: %w", k, err)
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				reads++
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i := range 50 {
+		e := diskEntry(3_000_000 + i)
+		if _, _, err := s.Put(ctx, e, Meta{}); err != nil {
+			close(stop)
+			rd.Wait()
+			t.Fatalf("write %d to a store opened read-only, once space was freed: %v", i, err)
+		}
+		acked = append(acked, e.Key)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	rd.Wait()
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	t.Logf("%d reads during the swap", reads)
+	if st := s.DiskState(); st != nil {
+		t.Fatalf("DiskState once the read-only store writes again: %v", st)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("check after the swap: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close after the swap: %v", err)
+	}
+
+	// Opened again, it holds everything acknowledged, before and after.
 	s, err = Open(sdir, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -246,7 +246,7 @@ func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
 	}
 	var p Peer
 	var found bool
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.view(func(txn *badger.Txn) error {
 		var err error
 		p, found, err = readPeer(txn, nodeID)
 		return err

@@ -17,7 +17,7 @@ func (s *Store) KeysWithPrefix(ctx context.Context, prefix string, limit int, ke
 	}
 	p := recKey(prefix)
 	var out []string
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

@@ -158,6 +158,7 @@ func (s *Store) compactValueLog(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		s.rlockDB()
 		txn := s.db.NewTransaction(false)
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false})
 		gcErr := s.db.RunValueLogGC(0.5)
@@ -165,6 +166,7 @@ func (s *Store) compactValueLog(ctx context.Context) error {
 		if gcErr == nil {
 			syncErr = syncBadger(s.db, s.dir)
 		}
+		s.dbMu.RUnlock()
 		if syncErr != nil {
 			// The copies may not be durable, so the old file must stay: the
 			// iterator is left open on purpose (until the process ends) and

@@ -51,10 +51,10 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 		}
 		return nil
 	}
-	err := s.db.View(read)
+	err := s.view(read)
 	if errors.Is(err, errSegmentGone) {
 		// Compaction moved the record between the lookup and the read.
-		err = s.db.View(read)
+		err = s.view(read)
 	}
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -70,7 +70,7 @@ func (s *Store) Has(ctx context.Context, key string) (bool, error) {
 	if err := s.readable(ctx); err != nil {
 		return false, err
 	}
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(recKey(key))
 		return err
 	})

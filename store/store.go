@@ -241,8 +241,16 @@ type Store struct {
 	// full is the disk-full condition writes were last refused for; nil
 	// once a write succeeds (or DiskState sees space back).
 	full atomic.Pointer[DiskFullError]
-	// readOnly: opened on a disk too full for badger to open for writing.
-	readOnly bool
+	// readOnly: opened on a disk too full for badger to open for writing,
+	// until the writer reopens it writable (reopen.go).
+	readOnly atomic.Bool
+	// dbMu is held shared by every read of badger on other goroutines than
+	// the writer's pipeline, and exclusively while a read-only store swaps
+	// db for a writable one: no read runs on a closed badger (reopen.go).
+	dbMu sync.RWMutex
+	// swapGate is set while a swap waits for dbMu: new reads wait for it
+	// to close (rlockDB).
+	swapGate atomic.Pointer[chan struct{}]
 	// batches/batched measure how well commits are shared.
 	batches atomic.Int64
 	batched atomic.Int64
@@ -298,39 +306,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// On a disk too full for badger to open for writing (its memory-mapped
 	// files would kill the process, not fail), the store opens read-only:
-	// everything held can be read, no write is attempted.
+	// everything held can be read, no write is attempted, until there is
+	// room again and the writer reopens it writable (reopen.go).
 	free, known := freeBytes(dir)
 	need := openNeed(dir)
 	readOnly := known && free < need
 
-	bo := badger.DefaultOptions(dir).
-		WithReadOnly(readOnly).
-		WithLogger(badgerLogger{opts.Logger}).
-		// Acknowledged means durable, but not through badger's own syncs
-		// (two msyncs per commit: the value log, even with nothing written
-		// to it, and the sparse memtable log): every batch is first made
-		// durable in the store's write-ahead log (wal.go), and badger is
-		// synced only at checkpoints.
-		WithSyncWrites(false).
-		// Only the writer goroutine writes, so conflict tracking is wasted work.
-		WithDetectConflicts(false).
-		// Tables are compressed at every flush and compaction: Snappy
-		// costs the least CPU for it. Each table records its compression.
-		WithCompression(options.Snappy).
-		WithBlockSize(16 << 10).
-		WithBlockCacheSize(opts.BlockCacheBytes).
-		WithMemTableSize(opts.MemTableBytes).
-		WithNumMemtables(2).
-		WithNumLevelZeroTables(4).
-		WithNumLevelZeroTablesStall(12).
-		WithNumCompactors(2).
-		// Roster entries go to the value log; record pointers and index
-		// keys, all smaller, stay in the tree. Superseded entries' space
-		// comes back through compactValueLog.
-		WithValueThreshold(valueThreshold).
-		WithValueLogFileSize(opts.ValueLogFileBytes).
-		WithMetricsEnabled(false)
-	db, err := badger.Open(bo)
+	db, err := badger.Open(badgerOptions(dir, opts, readOnly))
 	if err != nil {
 		if noSpace(err) {
 			free, _ = freeBytes(dir)
@@ -351,8 +333,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		order:       newOrderIndex(),
 		lines:       newLineIndex(),
 		trust:       newTrustState(),
-		readOnly:    readOnly,
 	}
+	s.readOnly.Store(readOnly)
 	if readOnly {
 		s.full.Store(&DiskFullError{Path: dir, Free: free, Need: need, ReadOnly: true})
 	}
@@ -381,6 +363,37 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	go s.writer()
 	return s, nil
+}
+
+// badgerOptions is how the store runs badger in dir, read-only or not.
+func badgerOptions(dir string, opts Options, readOnly bool) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithReadOnly(readOnly).
+		WithLogger(badgerLogger{opts.Logger}).
+		// Acknowledged means durable, but not through badger's own syncs
+		// (two msyncs per commit: the value log, even with nothing written
+		// to it, and the sparse memtable log): every batch is first made
+		// durable in the store's write-ahead log (wal.go), and badger is
+		// synced only at checkpoints.
+		WithSyncWrites(false).
+		// Only the writer goroutine writes, so conflict tracking is wasted work.
+		WithDetectConflicts(false).
+		// Tables are compressed at every flush and compaction: Snappy
+		// costs the least CPU for it. Each table records its compression.
+		WithCompression(options.Snappy).
+		WithBlockSize(16 << 10).
+		WithBlockCacheSize(opts.BlockCacheBytes).
+		WithMemTableSize(opts.MemTableBytes).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithNumCompactors(2).
+		// Roster entries go to the value log; record pointers and index
+		// keys, all smaller, stay in the tree. Superseded entries' space
+		// comes back through compactValueLog.
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(opts.ValueLogFileBytes).
+		WithMetricsEnabled(false)
 }
 
 // classifyOpenErr sorts Open's failures by what the caller can do about
@@ -450,7 +463,7 @@ func (s *Store) recover() error {
 	l := &segLog{dir: s.dir, files: map[uint32]*os.File{}, reserve: s.opts.reserve()}
 	s.log = l
 	replay := s.replaySegments
-	if s.readOnly {
+	if s.readOnly.Load() {
 		replay = s.openSegmentsReadOnly
 	}
 	if err := replay(l); err != nil {
@@ -584,9 +597,9 @@ func (s *Store) checkFormat() error {
 	switch {
 	case err != nil:
 		return err
-	case found == nil && s.readOnly:
+	case found == nil && s.readOnly.Load():
 		return s.full.Load() // a new store cannot be made on a full disk
-	case found == nil || string(found) == formatV3 && !s.readOnly:
+	case found == nil || string(found) == formatV3 && !s.readOnly.Load():
 		// Synced at once: records of the new layout may follow.
 		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(formatKey, []byte(formatVersion)) })
 		if err == nil {
@@ -690,10 +703,10 @@ func (s *Store) Close() error {
 		// Once badger is durable no frame needs replaying: the mark moves
 		// to the end of the log, and the segment drops its unused room.
 		var serr error
-		if !s.readOnly {
+		if !s.readOnly.Load() {
 			serr = syncBadger(s.db, s.dir)
 		}
-		if serr == nil && s.broken() == nil && !s.readOnly {
+		if serr == nil && s.broken() == nil && !s.readOnly.Load() {
 			if serr = s.log.seal(); serr == nil {
 				serr = s.mark()
 			}
@@ -740,7 +753,9 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{Records: int(s.count.Load()), Terms: s.idx.termCount(), Commits: s.batches.Load(), CommittedJobs: s.batched.Load()}
+	s.rlockDB()
 	st.LSMBytes, st.VLogBytes = s.db.Size()
+	s.dbMu.RUnlock()
 	st.LogBytes = s.log.bytes()
 	err := s.scan(context.Background(), badger.IteratorOptions{Prefix: []byte{pPeer}}, func(*badger.Item) error {
 		st.Peers++

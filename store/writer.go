@@ -167,6 +167,13 @@ func (t *wtx) put(op walOp) {
 	t.b.size += len(op.key) + len(op.val) + 16
 }
 
+func (w *writerState) discardView() {
+	if w.rtxn != nil {
+		w.rtxn.Discard()
+		w.rtxn = nil
+	}
+}
+
 func (w *writerState) view() *badger.Txn {
 	if w.rtxn == nil {
 		w.rtxn = w.s.db.NewTransaction(false)
@@ -186,8 +193,11 @@ func (w *writerState) add(cur *batch, j *job) *batch {
 	if err == nil {
 		err = w.s.broken()
 	}
-	if err == nil && w.s.readOnly {
-		err = w.s.diskFull(nil, w.s.opts.reserve())
+	if err == nil && w.s.readOnly.Load() {
+		w.discardView() // of the read-only badger, which a swap closes
+		if !w.s.tryWritable() {
+			err = w.s.diskFull(nil, w.s.opts.reserve())
+		}
 	}
 	if err == nil {
 		mark := len(cur.ops)
@@ -317,6 +327,14 @@ func (s *Store) writer() {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	var lingerC <-chan time.Time
+	// While read-only, the store looks for space to write again now and
+	// then, not only when a write comes.
+	var roRetry <-chan time.Time
+	if s.readOnly.Load() {
+		tick := time.NewTicker(readOnlyRetry)
+		defer tick.Stop()
+		roRetry = tick.C
+	}
 	for {
 		full := cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes)
 		if cur != nil && !inflight {
@@ -364,6 +382,11 @@ func (s *Store) writer() {
 			early = 0
 		case <-lingerC:
 			lingerC, expect = nil, 0
+		case <-roRetry:
+			w.discardView()
+			if s.tryWritable() {
+				roRetry = nil
+			}
 		case <-closing:
 			closing = nil
 			for {
@@ -608,7 +631,7 @@ func (s *Store) applyLocked(b *batch) error {
 // scan runs fn on each item o selects, in key order, in one read
 // transaction; ctx ending or fn's error stops it.
 func (s *Store) scan(ctx context.Context, o badger.IteratorOptions, fn func(*badger.Item) error) error {
-	return s.db.View(func(txn *badger.Txn) error { return scanTxn(ctx, txn, o, fn) })
+	return s.view(func(txn *badger.Txn) error { return scanTxn(ctx, txn, o, fn) })
 }
 
 // scanTxn is scan within txn, for reads that must see one snapshot.

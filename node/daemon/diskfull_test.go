@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cmbnode/cmbnode/node/ipc"
 	"github.com/cmbnode/cmbnode/store"
@@ -59,7 +60,10 @@ func fillFile(t *testing.T, path string, limit int64) {
 // disk_full naming the path and the free space, keeps answering reads,
 // shows the state in status and writes again once space is freed, without
 // a restart. Started on a disk full to the last byte it runs, read-only,
-// with one clear log line; nothing acknowledged is lost. Before: remember
+// with one clear log line, and once space is freed its store reopens
+// itself writable: status says writable and remember works, still
+// without a restart; nothing acknowledged is lost. (Before the reopen,
+// the read-only start stayed read-only until a restart.) Before: remember
 // failed with internal ("growing log segment: no space left on device"),
 // every write after it too until a restart, and the fill killed the
 // process (SIGBUS in badger).
@@ -125,11 +129,40 @@ func TestDaemonOnAFullDisk(t *testing.T) {
 	if _, err := c.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "refused"}}); !errors.As(err, &ie) || ie.Code != ipc.CodeDiskFull {
 		t.Fatalf("remember on a read-only start: %v, want disk_full", err)
 	}
+
+	// Space freed under the running daemon: with no write asking, its
+	// store reopens itself writable (it looks every few seconds), and
+	// remember works, all without a restart.
+	os.Remove(filler)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err = c.Status(ctx)
+		if err != nil {
+			t.Fatalf("status once space is freed after a read-only start: %v", err)
+		}
+		if st.Storage.Writable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status 30 s after space was freed under a read-only start: %+v, want writable", st.Storage)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st.Storage.DiskFull || st.Storage.ReadOnly {
+		t.Fatalf("status once writable again: %+v", st.Storage)
+	}
+	res, err = c.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "after a read-only start, no restart"}})
+	if err != nil {
+		t.Fatalf("remember once space is freed after a read-only start: %v", err)
+	}
+	keys = append(keys, res.Key)
+	if _, err := c.Get(ctx, res.Key); err != nil {
+		t.Fatalf("get of the record remembered after the swap: %v", err)
+	}
 	if err := d.shutdown(t); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 
-	os.Remove(filler)
 	d = start(t, home, Options{StoreOptions: so})
 	c = client(t, d.socket)
 	lost := 0

@@ -81,26 +81,35 @@ type Event struct {
 // encodeResult renders {"type":"result","action":action,"id":id, …payload's members}.
 // payload must marshal to a JSON object (or be nil).
 func encodeResult(action string, id json.RawMessage, payload any) ([]byte, error) {
-	b := make([]byte, 0, 256)
-	b = append(b, `{"type":"result","action":`...)
-	b = appendJSONString(b, action)
+	var buf bytes.Buffer
+	buf.Grow(256)
+	buf.WriteString(`{"type":"result","action":`)
+	buf.Write(appendJSONString(nil, action))
 	if len(id) > 0 {
-		b = append(b, `,"id":`...)
-		b = append(b, id...)
+		buf.WriteString(`,"id":`)
+		buf.Write(id)
 	}
-	if payload != nil {
-		p, err := json.Marshal(payload)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s reply: %w", action, err)
-		}
-		p = bytes.TrimSpace(p)
-		if len(p) < 2 || p[0] != '{' {
-			return nil, fmt.Errorf("encode %s reply: payload is not an object", action)
-		}
-		if inner := bytes.TrimSpace(p[1 : len(p)-1]); len(inner) > 0 {
-			b = append(b, ',')
-			b = append(b, inner...)
-		}
+	if payload == nil {
+		buf.WriteByte('}')
+		return buf.Bytes(), nil
+	}
+	// The payload is encoded after the envelope's head, in the same
+	// buffer, and its members moved down over its opening brace: a recall
+	// reply is hundreds of KB, and marshalled on its own and then copied
+	// into the envelope it was allocated twice.
+	at := buf.Len()
+	if err := json.NewEncoder(&buf).Encode(payload); err != nil {
+		return nil, fmt.Errorf("encode %s reply: %w", action, err)
+	}
+	b := buf.Bytes()
+	p := bytes.TrimSpace(b[at:])
+	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' {
+		return nil, fmt.Errorf("encode %s reply: payload is not an object", action)
+	}
+	b = b[:at]
+	if inner := bytes.TrimSpace(p[1 : len(p)-1]); len(inner) > 0 {
+		b = append(b, ',')
+		b = append(b, inner...) // inner lies after b's end: copy moves it down
 	}
 	return append(b, '}'), nil
 }

@@ -664,9 +664,12 @@ func (c *conn) enqueue(m outMsg) bool {
 	}
 }
 
+var newline = []byte{'\n'}
+
 func (c *conn) writer() {
 	defer close(c.writerDone)
 	var writeFrame func() bool
+	var writeBufs func(net.Buffers) bool
 	var frame []byte
 	appendMsg := func(dst, b []byte) []byte {
 		if c.framed {
@@ -675,13 +678,27 @@ func (c *conn) writer() {
 		}
 		return append(append(dst, b...), '\n')
 	}
+	var head [4]byte
 	write := func(b []byte) bool {
-		frame = appendMsg(frame[:0], b)
-		return writeFrame()
+		if len(b) <= 64<<10 {
+			frame = appendMsg(frame[:0], b)
+			return writeFrame()
+		}
+		// A large reply goes out as it is, its delimiter beside it in the
+		// same writev: copied into frame, every recall reply of a flood
+		// would be allocated twice.
+		if c.framed {
+			binary.BigEndian.PutUint32(head[:], uint32(len(b)))
+			return writeBufs(net.Buffers{head[:], b})
+		}
+		return writeBufs(net.Buffers{b, newline})
 	}
 	writeFrame = func() bool {
+		return writeBufs(net.Buffers{frame})
+	}
+	writeBufs = func(bufs net.Buffers) bool {
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
-		if _, err := c.nc.Write(frame); err != nil {
+		if _, err := bufs.WriteTo(c.nc); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				c.drop(fmt.Sprintf("a write did not complete in %s", c.srv.opts.WriteTimeout))
