@@ -49,8 +49,9 @@ func logPeers(t *testing.T, g *simGroup) {
 // A group of 100 real members (node + badger store + mesh, private group)
 // on a simulated network with 10–50 ms links, each bootstrapped to three
 // others, each keeping the default PeerTarget: every CMB reaches every
-// member, and a member offline while 10 CMBs were written catches up
-// on return. Time is synctest's: deadlines
+// member, a member offline while 10 CMBs were written catches up on
+// return, and with 10 members leaving and 10 joining while CMBs are
+// written every member holds every CMB at the end. Time is synctest's: deadlines
 // bound a hang, they measure nothing.
 func TestGroupOfHundred(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -78,6 +79,29 @@ func TestGroupOfHundred(t *testing.T) {
 		g.restart(away)
 		waitAllHold(t, g, keys, "offline member back")
 
+		// Churn during traffic: while 40 CMBs are written at 10 a second,
+		// 10 members leave and then 10 new ones join; every member running
+		// at the end, the newcomers too, holds every CMB.
+		var gone []*member
+		for i := range 40 {
+			switch {
+			case i >= 10 && i < 20:
+				leaver := g.ms[50+i] // m60..m69, none of them an author below
+				leaver.stop()
+				gone = append(gone, leaver)
+			case i >= 20 && i < 30:
+				g.add(fmt.Sprintf("n%02d", i-20))
+			}
+			keys = append(keys, g.ms[(i*7)%40].remember(fmt.Sprintf("during churn %d", i), nil, ""))
+			time.Sleep(100 * time.Millisecond)
+		}
+		waitAllHold(t, g, keys, "after churn")
+		logPeers(t, g)
+		for _, mb := range gone {
+			if mb.m != nil {
+				t.Fatalf("a member that left is running")
+			}
+		}
 		if n := len(g.running()); n != 100 {
 			t.Fatalf("%d members running, want 100", n)
 		}
