@@ -66,8 +66,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 //
 // settle is how long the group runs before it is measured; peerTarget,
 // when not 0, is every member's PeerTarget (and its connection manager
-// then runs with the watermarks that follow from it).
-func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarget int, wallNow func() time.Time) simFigures {
+// then runs with the watermarks that follow from it); noFlood turns
+// GossipSub's flood publishing off.
+func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarget int, noFlood bool, wallNow func() time.Time) simFigures {
 	f := simFigures{nodes: nodes, missed: missed}
 	base := heapInuse()
 	g := newSimGroup(t, simOptions{minLatency: 20 * time.Millisecond, maxLatency: 100 * time.Millisecond,
@@ -75,6 +76,9 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 		tune: func(c *mesh.Config) {
 			if peerTarget > 0 {
 				c.PeerTarget = peerTarget
+			}
+			if noFlood {
+				mesh.DisableFloodPublish(c)
 			}
 		}})
 	for i := range nodes {
@@ -147,7 +151,8 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 // CMBNODE_SIM_MISSED size it (default 10 members, 300 missed),
 // CMBNODE_SIM_SETTLE_S is how long the group runs before it is measured
 // (default 5 s, simulated) and CMBNODE_SIM_PEER_TARGET sets every
-// member's PeerTarget (default mesh.DefaultPeerTarget).
+// member's PeerTarget (default mesh.DefaultPeerTarget); CMBNODE_SIM_NO_FLOOD
+// set turns GossipSub's flood publishing off.
 func TestGroupSimFigures(t *testing.T) {
 	nodes := envInt(t, "CMBNODE_SIM_NODES", 10)
 	missed := envInt(t, "CMBNODE_SIM_MISSED", 300)
@@ -157,7 +162,7 @@ func TestGroupSimFigures(t *testing.T) {
 		target = envInt(t, "CMBNODE_SIM_PEER_TARGET", 0)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		f := runGroupSim(t, nodes, missed, settle, target, wallClock)
+		f := runGroupSim(t, nodes, missed, settle, target, os.Getenv("CMBNODE_SIM_NO_FLOOD") != "", wallClock)
 		t.Log(f.String())
 	})
 }

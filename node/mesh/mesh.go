@@ -166,6 +166,9 @@ type Config struct {
 	// sees what gossip and fetch deliver on their own.
 	peerInfoDialHook func(peer.AddrInfo) (done func())
 	noCatchUp        bool
+	// noFloodPublish publishes our records to the GossipSub mesh only
+	// (measured against flood publishing by the group simulation).
+	noFloodPublish bool
 	// transport, when set, replaces the listen addresses and the TCP and
 	// QUIC transports (a simulated network); ports are then not probed.
 	transport []libp2p.Option
