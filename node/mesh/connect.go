@@ -29,6 +29,42 @@ const (
 	peerInfoSlots = 16
 )
 
+// Connection-manager tags. Members are tagged, not protected: above
+// ConnHigh the connection manager may trim one (GossipSub's own tags keep
+// its mesh peers), and the member stays reachable through the others.
+// Peers this node was told to keep (bootstrap, relays, `connect`) are
+// protected, so the way into the group is never trimmed.
+const (
+	memberTag      = "mmp-member"
+	memberTagValue = 10
+	protectKept    = "mmp-kept"
+	protectConnect = "mmp-connect"
+)
+
+// reserveMemberDial takes a place for a dial to a member learned from
+// peer-info or the peerstore, if members connected plus such dials
+// running are below PeerTarget; releaseMemberDial gives it back. m.mu held.
+func (m *Mesh) reserveMemberDial() bool {
+	if len(m.peers)+m.memberDials >= m.cfg.PeerTarget {
+		return false
+	}
+	m.memberDials++
+	return true
+}
+
+func (m *Mesh) releaseMemberDial() {
+	m.mu.Lock()
+	m.memberDials--
+	m.mu.Unlock()
+}
+
+// atPeerTarget reports whether PeerTarget members are connected.
+func (m *Mesh) atPeerTarget() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.peers) >= m.cfg.PeerTarget
+}
+
 // onConnected makes sure a new connection gets an /mmp session. MMP says the
 // smaller identity dials; libp2p has already dialled, so the smaller PeerID
 // opens the stream and the other side steps in only if none appears.
@@ -150,7 +186,10 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 // us, connected, of another group or already being dialled, and only if a
 // mesh-wide slot is free and the advertiser's and the mesh's budgets
 // (dialBudget) have a dial left for it: a member's budget when it
-// completed a handshake here before, a stranger's otherwise.
+// completed a handshake here before, a stranger's otherwise. Nothing is
+// dialled while PeerTarget members are connected or being dialled: the
+// advertised peer is reached through the members we have (bound
+// "target", not counted as dropped: it is the partial mesh working).
 func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected || m.isMismatched(ai.ID) {
 		return
@@ -160,9 +199,15 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 		m.mu.Unlock()
 		return
 	}
+	if !m.reserveMemberDial() {
+		m.mu.Unlock()
+		m.peerInfoBudget.refuse(boundTarget)
+		return
+	}
 	select {
 	case m.peerInfoSlots <- struct{}{}:
 	default:
+		m.memberDials--
 		m.mu.Unlock()
 		m.peerInfoBudget.refuse(boundSlots)
 		m.stats.peerInfoDropped.Add(1)
@@ -171,6 +216,7 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	stranger := m.known == nil || !m.known.has(ai.ID)
 	if bound := m.peerInfoBudget.take(ss.pid, stranger, time.Now()); bound != "" {
 		<-m.peerInfoSlots
+		m.memberDials--
 		m.mu.Unlock()
 		m.stats.peerInfoDropped.Add(1)
 		m.log.Debug("peer-info dial refused", "advertiser", ss.pid, "peer", ai.ID, "bound", bound)
@@ -181,6 +227,7 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 	release := func() {
 		m.mu.Lock()
 		delete(m.peerInfoDialing, ai.ID)
+		m.memberDials--
 		m.mu.Unlock()
 		<-m.peerInfoSlots
 	}
@@ -263,14 +310,30 @@ func (m *Mesh) keepDialled(ctx context.Context, ai peer.AddrInfo, k *kept) {
 // redialKnown dials a member remembered in the peerstore, with the backoff
 // of keepDialled, until it is connected once or knownAttempts dials
 // failed: a peer that moved or left is not dialled forever. Once
-// connected, sessions and peer-info keep it, as for any other peer.
+// connected, sessions and peer-info keep it, as for any other peer. It
+// stops once PeerTarget members are connected, and dials only with a
+// place under it (reserveMemberDial), waiting while the places are held
+// by other dials: a node with hundreds remembered does not redial them all.
 func (m *Mesh) redialKnown(ctx context.Context, ai peer.AddrInfo) {
 	backoff := time.Second
-	for range knownAttempts {
-		if m.isMismatched(ai.ID) || m.h.Network().Connectedness(ai.ID) == network.Connected {
+	for tries := 0; tries < knownAttempts; {
+		if m.isMismatched(ai.ID) || m.h.Network().Connectedness(ai.ID) == network.Connected || m.atPeerTarget() {
 			return
 		}
+		m.mu.Lock()
+		placed := m.reserveMemberDial()
+		m.mu.Unlock()
+		if !placed {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second + rand.N(time.Second)):
+			}
+			continue
+		}
+		tries++
 		err := m.connect(ctx, m.withCircuits(ai))
+		m.releaseMemberDial()
 		if err == nil {
 			m.stats.knownRedialed.Add(1)
 			return

@@ -17,3 +17,7 @@ func DisableCatchUp(c *Config) { c.noCatchUp = true }
 // UseTransport makes the mesh started from c listen and dial only through
 // opts (a simulated network) instead of its TCP and QUIC listeners.
 func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }
+
+// DisableFloodPublish makes the mesh started from c publish its records to
+// its GossipSub mesh peers only.
+func DisableFloodPublish(c *Config) { c.noFloodPublish = true }

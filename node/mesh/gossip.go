@@ -101,7 +101,7 @@ func (m *Mesh) startGossip() error {
 		// application one puts unadmitted peers below it (but above the
 		// graylist, so their subscriptions are still heard), and the topic's
 		// invalid-message one sinks a member whose records we reject.
-		pubsub.WithFloodPublish(true),
+		pubsub.WithFloodPublish(!m.cfg.noFloodPublish),
 		pubsub.WithPeerScore(&pubsub.PeerScoreParams{
 			SkipAtomicValidation: true,
 			Topics:               map[string]*pubsub.TopicScoreParams{topicName: topicScoreParams()},

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cmbnode/cmbnode/node/mesh"
 )
 
 func envInt(b testing.TB, name string, def int) int {
@@ -61,16 +63,29 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // `missed` CMBs takes to hold them all (also on the wall clock, where the
 // whole group's CPU on this machine shows). wallNow is the real clock,
 // read outside the bubble.
-func runGroupSim(t *testing.T, nodes, missed int, wallNow func() time.Time) simFigures {
+//
+// settle is how long the group runs before it is measured; peerTarget,
+// when not 0, is every member's PeerTarget (and its connection manager
+// then runs with the watermarks that follow from it); noFlood turns
+// GossipSub's flood publishing off.
+func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarget int, noFlood bool, wallNow func() time.Time) simFigures {
 	f := simFigures{nodes: nodes, missed: missed}
 	base := heapInuse()
 	g := newSimGroup(t, simOptions{minLatency: 20 * time.Millisecond, maxLatency: 100 * time.Millisecond,
-		linkBits: 50_000_000, slowBits: 2_000_000, slowEvery: 20})
+		linkBits: 50_000_000, slowBits: 2_000_000, slowEvery: 20,
+		tune: func(c *mesh.Config) {
+			if peerTarget > 0 {
+				c.PeerTarget = peerTarget
+			}
+			if noFlood {
+				mesh.DisableFloodPublish(c)
+			}
+		}})
 	for i := range nodes {
 		g.add(fmt.Sprintf("m%04d", i))
 	}
 	waitPeers(t, min(3, nodes-1), g.ms...)
-	time.Sleep(5 * time.Second) // peer exchange and GossipSub's mesh settle
+	time.Sleep(settle) // peer exchange, GossipSub's mesh and the connection manager settle
 	f.mbPerNode = float64(heapInuse()-base) / float64(nodes) / (1 << 20)
 	peers := 0
 	for _, mb := range g.ms {
@@ -133,12 +148,21 @@ func runGroupSim(t *testing.T, nodes, missed int, wallNow func() time.Time) simF
 // A small simulated group through the whole benchmark scenario (the
 // bench runs it at scale): every CMB reaches every member and a member
 // back after missing CMBs catches up. CMBNODE_SIM_NODES and
-// CMBNODE_SIM_MISSED size it (default 10 members, 300 missed).
+// CMBNODE_SIM_MISSED size it (default 10 members, 300 missed),
+// CMBNODE_SIM_SETTLE_S is how long the group runs before it is measured
+// (default 5 s, simulated) and CMBNODE_SIM_PEER_TARGET sets every
+// member's PeerTarget (default mesh.DefaultPeerTarget); CMBNODE_SIM_NO_FLOOD
+// set turns GossipSub's flood publishing off.
 func TestGroupSimFigures(t *testing.T) {
 	nodes := envInt(t, "CMBNODE_SIM_NODES", 10)
 	missed := envInt(t, "CMBNODE_SIM_MISSED", 300)
+	settle := time.Duration(envInt(t, "CMBNODE_SIM_SETTLE_S", 5)) * time.Second
+	target := 0
+	if os.Getenv("CMBNODE_SIM_PEER_TARGET") != "" {
+		target = envInt(t, "CMBNODE_SIM_PEER_TARGET", 0)
+	}
 	synctest.Test(t, func(t *testing.T) {
-		f := runGroupSim(t, nodes, missed, wallClock)
+		f := runGroupSim(t, nodes, missed, settle, target, os.Getenv("CMBNODE_SIM_NO_FLOOD") != "", wallClock)
 		t.Log(f.String())
 	})
 }

@@ -52,6 +52,13 @@ import (
 // ProtocolID is the libp2p stream protocol carrying length-prefixed MMP frames.
 const ProtocolID = protocol.ID("/mmp/1.1.0")
 
+// DefaultPeerTarget is how many members a node keeps connected by its own
+// dials unless configured (Config.PeerTarget). Each connection costs about
+// half a megabyte of heap at both ends (session, GossipSub queues, QUIC
+// state); 32 is well above GossipSub's mesh degree (D_hi = 12) and
+// leaves any two members a few hops apart in groups of thousands.
+const DefaultPeerTarget = 32
+
 // MDNSService is the DNS-SD service cmbnode nodes announce on the LAN. It is
 // not SYM's _sym._tcp: libp2p peers are found by their own service.
 const MDNSService = "_cmbnode-mmp._udp"
@@ -126,9 +133,18 @@ type Config struct {
 	// burst 2000).
 	PublishRate  float64
 	PublishBurst int
-	// ConnLow and ConnHigh are the connection manager's watermarks (default
-	// 64/192; a ConnHigh not above ConnLow is three times ConnLow);
-	// handshaken group peers are protected from trimming.
+	// PeerTarget is how many members this node keeps connected by its own
+	// dials (default DefaultPeerTarget): members learned from peer-info,
+	// announcements and the peerstore are dialled only while fewer are
+	// connected, so a group is a partial mesh GossipSub spreads over
+	// rather than everyone dialling everyone. Bootstrap peers, relays and
+	// `connect` peers are dialled whatever the count.
+	PeerTarget int
+	// ConnLow and ConnHigh are the connection manager's watermarks
+	// (default PeerTarget and PeerTarget×1.5; a ConnHigh not above ConnLow
+	// is ConnLow×1.5): above ConnHigh, connections older than a minute are
+	// trimmed to ConnLow, the least valuable first (GossipSub tags its mesh
+	// peers). Bootstrap peers, relays and `connect` peers are protected.
 	ConnLow, ConnHigh int
 	// RetryMax caps the backoff of a bootstrap re-dial (default 60 s).
 	RetryMax time.Duration
@@ -150,6 +166,9 @@ type Config struct {
 	// sees what gossip and fetch deliver on their own.
 	peerInfoDialHook func(peer.AddrInfo) (done func())
 	noCatchUp        bool
+	// noFloodPublish publishes our records to the GossipSub mesh only
+	// (measured against flood publishing by the group simulation).
+	noFloodPublish bool
 	// transport, when set, replaces the listen addresses and the TCP and
 	// QUIC transports (a simulated network); ports are then not probed.
 	transport []libp2p.Option
@@ -166,8 +185,9 @@ func DefaultConfig() Config {
 		CatchUpInterval:   60 * time.Second,
 		PublishRate:       4000,
 		PublishBurst:      2000,
-		ConnLow:           64,
-		ConnHigh:          192,
+		PeerTarget:        DefaultPeerTarget,
+		ConnLow:           DefaultPeerTarget,
+		ConnHigh:          DefaultPeerTarget * 3 / 2,
 		RetryMax:          60 * time.Second,
 		PendingRetryMax:   10 * time.Minute,
 		PendingTTL:        time.Hour,
@@ -198,9 +218,10 @@ func (c *Config) defaults() {
 	opt.Default(&c.PublishRate, def.PublishRate)
 	opt.Default(&c.PublishBurst, def.PublishBurst)
 	opt.Default(&c.ServeRate, def.ServeRate)
-	opt.Default(&c.ConnLow, def.ConnLow)
+	opt.Default(&c.PeerTarget, def.PeerTarget)
+	opt.Default(&c.ConnLow, c.PeerTarget)
 	if c.ConnHigh <= c.ConnLow {
-		c.ConnHigh = c.ConnLow * 3
+		c.ConnHigh = c.ConnLow + max(1, c.ConnLow/2)
 	}
 }
 
@@ -241,6 +262,9 @@ type Mesh struct {
 	peerInfoDialing map[peer.ID]bool
 	peerInfoSlots   chan struct{}
 	peerInfoBudget  *dialBudget
+	// memberDials are the peer-info and peerstore dials running, each
+	// holding a place under PeerTarget (reserveMemberDial).
+	memberDials int
 
 	// admitCh is closed (and replaced) whenever a session is admitted;
 	// guarded by mu.
@@ -417,6 +441,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 // keepDialling starts keepDialled for ai, configured as addr.
 func (m *Mesh) keepDialling(ai peer.AddrInfo, addr, kind string) {
 	k := &kept{addr: addr, id: ai.ID, kind: kind}
+	m.h.ConnManager().Protect(ai.ID, protectKept)
 	m.mu.Lock()
 	m.kept = append(m.kept, k)
 	m.mu.Unlock()
@@ -425,7 +450,8 @@ func (m *Mesh) keepDialling(ai peer.AddrInfo, addr, kind string) {
 
 // newHost builds the libp2p host. Limits (documented for operators):
 //   - connection manager: trims to ConnLow when over ConnHigh, 1 min grace;
-//     handshaken group peers are protected;
+//     bootstrap peers, relays and `connect` peers are protected, other
+//     members only tagged (memberTag);
 //   - resource manager: libp2p's auto-scaled defaults, capped at 1024
 //     connections (512 in, 512 out) system-wide; /mmp/1.1.0 is limited to
 //     1024 streams overall and 8 per peer (cmbnode opens one, a both-dial

@@ -37,6 +37,7 @@ const (
 	boundTotalStrangers      = "total-strangers"
 	boundSlots               = "slots"
 	boundAdvertisers         = "advertisers"
+	boundTarget              = "target" // PeerTarget members connected or being dialled
 )
 
 // dialBudget rations peer-info dials per advertiser and in total, for

@@ -463,6 +463,8 @@ func (m *Mesh) Connect(ctx context.Context, addr string) (node.PeerInfo, error) 
 	if m.isMismatched(ai.ID) {
 		return node.PeerInfo{}, &ConnectError{Addr: addr, Stage: "admission", Err: errRefusedRecently}
 	}
+	// A peer the operator asked for is kept whatever PeerTarget says.
+	m.h.ConnManager().Protect(ai.ID, protectConnect)
 	if !m.admitted(ai.ID) {
 		if err := m.connect(ctx, *ai); err != nil {
 			return node.PeerInfo{}, &ConnectError{Addr: addr, Stage: "dial", Err: err}

@@ -3,9 +3,11 @@ package mesh_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,39 @@ func TestPortTaken(t *testing.T) {
 	}
 	if len(m.Addrs()) == 0 {
 		t.Fatal("no address after the fallback")
+	}
+}
+
+// TestPeerstoreRedialTarget: a member restarted with no bootstrap and five
+// members in its peerstore redials only PeerTarget (2) of them, not all
+// it remembers. The others keep a PeerTarget of 1, so none dials it back
+// on an announcement and the count is the redials' alone.
+func TestPeerstoreRedialTarget(t *testing.T) {
+	home := t.TempDir()
+	one := func(c *mesh.Config) { c.PeerTarget = 1 }
+	var others []*member
+	for i := range 5 {
+		others = append(others, newMember(t, "lab", fmt.Sprintf("o%d", i), nil, one))
+	}
+	a := newMemberIn(t, home, "lab", "a", nil, func(c *mesh.Config) {
+		c.PeerstorePath = filepath.Join(home, mesh.PeerstoreFile)
+		c.PeerTarget = 2
+	})
+	a.keys = testKeys(t, "lab")
+	a.start(others) // bootstrap peers are dialled whatever the target
+	waitPeers(t, 5, a)
+	aid := a.m.PeerID()
+	a.stop()
+	for _, o := range others {
+		eventually(t, 20*time.Second, "a has left", func() bool {
+			return !slices.ContainsFunc(o.m.Peers(), func(p node.PeerInfo) bool { return p.PeerID == aid })
+		})
+	}
+
+	a.start(nil)
+	waitPeers(t, 2, a)
+	time.Sleep(5 * time.Second) // the other redials had their chance
+	if n, st := a.m.PeerCount(), a.m.Stats(); n != 2 || st.PeerstoreRedials != 2 {
+		t.Fatalf("%d peers after %d peerstore redials, want 2 and 2", n, st.PeerstoreRedials)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -427,7 +428,7 @@ func (m *Mesh) addSession(ss *session) {
 	if ok {
 		return
 	}
-	m.h.ConnManager().Protect(ss.pid, "mmp-group")
+	m.h.ConnManager().TagPeer(ss.pid, memberTag, memberTagValue)
 	// Members whose sessions with us began earlier learn of this one now.
 	m.goRun(func(context.Context) { m.announce(ss.pid) })
 	m.log.Info("peer joined", "nodeId", ss.nodeID, "name", ss.remote.Name, "peer", ss.pid)
@@ -455,7 +456,7 @@ func (m *Mesh) removeSession(ss *session) {
 	if !last {
 		return
 	}
-	m.h.ConnManager().Unprotect(ss.pid, "mmp-group")
+	m.h.ConnManager().UntagPeer(ss.pid, memberTag)
 	m.log.Info("peer left", "nodeId", ss.nodeID, "name", ss.remote.Name, "peer", ss.pid)
 	m.n.Events().Publish(events.Event{Name: events.PeerLeft, Data: PeerEvent{NodeID: ss.nodeID, Name: ss.remote.Name, PeerID: ss.pid.String()}})
 	// A still-connected peer whose stream died (e.g. a heartbeat timeout)
@@ -512,12 +513,15 @@ func (m *Mesh) entryFor(pi node.PeerInfo) cmb.PeerEntry {
 // lying peer cannot stretch: the first maxPeerInfo entries, one peer and
 // at most peerInfoAddrs addresses per entry, and the per-advertiser and
 // mesh-wide dial bounds of dialAdvertised.
+//
+// The entries acted on are taken in random order: dials stop at
+// PeerTarget, and every receiver taking the advertiser's first ones would
+// crowd the same few members and leave the rest of the group unreached.
 func (ss *session) onPeerInfo(f *cmb.PeerInfo) {
 	m := ss.m
-	for i, e := range f.Peers {
-		if i >= maxPeerInfo {
-			break
-		}
+	entries := f.Peers[:min(len(f.Peers), maxPeerInfo)]
+	for _, i := range rand.Perm(len(entries)) {
+		e := entries[i]
 		if strings.EqualFold(e.NodeID, m.id.NodeID) {
 			continue
 		}

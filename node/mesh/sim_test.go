@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ type simGroup struct {
 	link, slow int
 	slowEvery  int
 	tune       func(*mesh.Config)
+	// boot are the members each member was bootstrapped to (last start).
+	boot map[*member][]*member
 }
 
 type simOptions struct {
@@ -48,7 +51,7 @@ type simOptions struct {
 // newSimGroup starts the simulated network; members are added with add.
 // It must be called inside a synctest bubble.
 func newSimGroup(t testing.TB, o simOptions) *simGroup {
-	g := &simGroup{t: t, rng: rand.New(rand.NewPCG(1, 2)), link: o.linkBits, slow: o.slowBits, slowEvery: o.slowEvery, tune: o.tune}
+	g := &simGroup{t: t, rng: rand.New(rand.NewPCG(1, 2)), link: o.linkBits, slow: o.slowBits, slowEvery: o.slowEvery, tune: o.tune, boot: map[*member][]*member{}}
 	if g.tune == nil {
 		g.tune = func(*mesh.Config) {}
 	}
@@ -116,6 +119,7 @@ func (g *simGroup) add(name string) *member {
 	}
 	mb := newMember(g.t, "thousand", name, boot, with(g.tune, g.transport()))
 	g.ms = append(g.ms, mb)
+	g.boot[mb] = boot
 	return mb
 }
 
@@ -133,6 +137,7 @@ func (g *simGroup) restart(mb *member) {
 	}
 	mb.tune = with(g.tune, g.transport())
 	mb.start(boot)
+	g.boot[mb] = boot
 }
 
 // running are the members whose mesh is up.
@@ -144,4 +149,16 @@ func (g *simGroup) running() []*member {
 		}
 	}
 	return out
+}
+
+// kept is how many members keep mb dialled or are kept dialled by it
+// (bootstrap peers, protected from trimming at the end that dials).
+func (g *simGroup) kept(mb *member) int {
+	n := len(g.boot[mb])
+	for other, boot := range g.boot {
+		if other != mb && other.m != nil && slices.Contains(boot, mb) {
+			n++
+		}
+	}
+	return n
 }
