@@ -371,7 +371,10 @@ func TestMCPServesTheNode(t *testing.T) {
 		if uri != "cmbnode://recent" {
 			t.Fatalf("update for %s", uri)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(90 * time.Second):
+		// What is asserted is the notification once the peer's CMB is
+		// accepted; on a loaded machine a gossip can be lost and the CMB
+		// then comes by the next catch-up round (60 s).
 		t.Fatal("no notifications/resources/updated after a peer remembered")
 	}
 	h.ok("recent", map[string]any{"limit": 1, "author": "grace"}, &rec)
