@@ -62,12 +62,9 @@ func (c *conn) thread(ctx context.Context, m message) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var limit int
-	if err := optional(m, "limit", &limit); err != nil {
+	limit, err := optionalCount(m, "limit")
+	if err != nil {
 		return nil, err
-	}
-	if limit < 0 {
-		return nil, Errorf(CodeBadRequest, "limit must not be negative")
 	}
 	members, err := c.srv.node.Thread(ctx, key, limit)
 	if err != nil {

@@ -115,12 +115,9 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if err := optional(m, "query", &q); err != nil {
 			return nil, err
 		}
-		var limit int
-		if err := optional(m, "limit", &limit); err != nil {
+		limit, err := optionalCount(m, "limit")
+		if err != nil {
 			return nil, err
-		}
-		if limit < 0 {
-			return nil, Errorf(CodeBadRequest, "limit must not be negative")
 		}
 		var minScore float64
 		if err := optional(m, "min_score", &minScore); err != nil {
@@ -166,12 +163,9 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if err != nil {
 			return nil, err
 		}
-		var depth int
-		if err := optional(m, "depth", &depth); err != nil {
+		depth, err := optionalCount(m, "depth")
+		if err != nil {
 			return nil, err
-		}
-		if depth < 0 {
-			return nil, Errorf(CodeBadRequest, "depth must not be negative")
 		}
 		return n.Lineage(ctx, key, depth)
 	case TypeQuery, TypeVerify:
@@ -294,6 +288,19 @@ func optional(m message, name string, v any) error {
 		return Errorf(CodeBadRequest, "%s: %s", name, typeName(v))
 	}
 	return nil
+}
+
+// optionalCount is optional for a member that counts something (a limit,
+// a depth): an integer, 0 when absent, never negative.
+func optionalCount(m message, name string) (int, error) {
+	var n int
+	if err := optional(m, name, &n); err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, Errorf(CodeBadRequest, "%s must not be negative", name)
+	}
+	return n, nil
 }
 
 func typeName(v any) string {
