@@ -283,15 +283,27 @@ func (c *Client) Recall(ctx context.Context, query string, limit int) ([]node.Re
 
 // RecallWith is Recall with a score threshold (min_score, left out at 0).
 func (c *Client) RecallWith(ctx context.Context, query string, o node.RecallOptions) ([]node.RecallHit, error) {
-	var r struct {
-		Results []node.RecallHit `json:"results"`
-	}
+	r, err := c.RecallReply(ctx, query, o)
+	return r.Results, err
+}
+
+// RecallReply is a recall result: the hits, best first, and the catch-up
+// in progress when the node is still receiving its peers' records (so a
+// caller can say the answer may be incomplete without asking for status).
+type RecallReply struct {
+	Results []node.RecallHit   `json:"results"`
+	Sync    *node.SyncProgress `json:"sync,omitempty"`
+}
+
+// RecallReply is RecallWith with the whole reply.
+func (c *Client) RecallReply(ctx context.Context, query string, o node.RecallOptions) (RecallReply, error) {
+	var r RecallReply
 	req := map[string]any{"query": query, "limit": o.Limit}
 	if o.MinScore != 0 {
 		req["min_score"] = o.MinScore
 	}
 	err := c.call(ctx, TypeRecall, req, &r)
-	return r.Results, err
+	return r, err
 }
 
 // GetReply is a get result: the record as received and how it was stored.

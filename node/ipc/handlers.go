@@ -25,6 +25,7 @@ type Node interface {
 	Thread(ctx context.Context, key string, maxMembers int) ([]node.ThreadMember, error)
 	AuthorNames(ctx context.Context, authors []string) (map[string]string, error)
 	Status() node.Status
+	Sync() node.SyncProgress
 	Peers() []node.PeerInfo
 	Events() *events.Bus
 	Export(ctx context.Context, q node.ExportQuery) (node.ExportPage, error)
@@ -133,9 +134,11 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		if hits == nil {
 			hits = []node.RecallHit{}
 		}
-		return struct {
-			Results []node.RecallHit `json:"results"`
-		}{hits}, nil
+		r := RecallReply{Results: hits}
+		if p := n.Sync(); p.Syncing {
+			r.Sync = &p
+		}
+		return r, nil
 	case TypeGet:
 		key, err := c.resolvedKey(ctx, m)
 		if err != nil {

@@ -206,14 +206,13 @@ type Syncing struct {
 	Peers    int   `json:"peers" jsonschema:"peers it is catching up from"`
 }
 
-// syncing is the daemon's catch-up in progress, nil when none runs (or
-// the status cannot be read: the answer itself is what was asked for).
-func (s *server) syncing(ctx context.Context) *Syncing {
-	st, err := s.statusOf(ctx)
-	if err != nil || st.Sync == nil || !st.Sync.Syncing {
+// syncingOf is a catch-up in progress as a result reports it, nil when
+// none runs.
+func syncingOf(p *node.SyncProgress) *Syncing {
+	if p == nil || !p.Syncing {
 		return nil
 	}
-	return &Syncing{Received: st.Sync.Received, Expected: st.Sync.Expected, Peers: st.Sync.Peers}
+	return &Syncing{Received: p.Received, Expected: p.Expected, Peers: p.Peers}
 }
 
 // syncNote is the line a result's text leads with while syncing.
@@ -260,14 +259,15 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 	if filtered {
 		fetch = min(limit*filterWidth, node.MaxRecall)
 	}
-	var hits []node.RecallHit
+	var r ipc.RecallReply
 	err := s.d.do(ctx, func(c *ipc.Client) (err error) {
-		hits, err = c.Recall(ctx, in.Query, fetch)
+		r, err = c.RecallReply(ctx, in.Query, node.RecallOptions{Limit: fetch})
 		return err
 	})
 	if err != nil {
 		return nil, RecallOut{}, fmt.Errorf("recall: %w", err)
 	}
+	hits := r.Results
 	if filtered {
 		hits = slices.DeleteFunc(hits, func(h node.RecallHit) bool {
 			return (len(authors) > 0 && !slices.Contains(authors, strings.ToLower(h.CreatedBy))) ||
@@ -286,7 +286,7 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 		out.Results[i] = memoryOf(node.Memory{Key: h.Key, CreatedBy: h.CreatedBy, CreatedAt: h.CreatedAt, Group: h.Group, Fields: h.Fields}, names)
 		out.Results[i].Score = &score
 	}
-	out.Syncing = s.syncing(ctx)
+	out.Syncing = syncingOf(r.Sync)
 	note := syncNote(out.Syncing)
 	if len(hits) == 0 {
 		return textResult(note + fmt.Sprintf("No memory matches %q.\n", in.Query)), out, nil
