@@ -90,6 +90,16 @@ func (c *Client) EventsDropped() int64 { return c.eventsDropped.Load() }
 // struct or map that marshals to a JSON object, or nil) and returns the
 // whole result object. An error reply is returned as an *Error.
 func (c *Client) Call(ctx context.Context, typ string, args any) (json.RawMessage, error) {
+	raw, err := c.roundTrip(ctx, typ, args)
+	if err == nil && !json.Valid(raw) {
+		return nil, fmt.Errorf("daemon at %s sent a malformed %s reply", c.path, typ)
+	}
+	return raw, err
+}
+
+// roundTrip is Call without checking that a result is JSON (the reader
+// took its id from the head alone): the caller decodes it, or checks it.
+func (c *Client) roundTrip(ctx context.Context, typ string, args any) (json.RawMessage, error) {
 	id := strconv.FormatUint(c.next.Add(1), 10)
 	msg, err := encodeRequest(typ, id, args)
 	if err != nil {
@@ -160,6 +170,42 @@ func encodeRequest(typ, id string, args any) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// deliver hands a reply to the call waiting for id, if it still waits.
+func (c *Client) deliver(id string, r reply) {
+	c.mu.Lock()
+	ch := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if ch != nil { // else the caller gave up
+		ch <- r
+	}
+}
+
+// resultID reads the id of a result reply from its head, where the
+// server writes it ({"type":"result","action":"…","id":"…",…}, see
+// encodeResult), without a pass over the payload: a recall reply is ~10 kB
+// that the caller decodes (and so validates) anyway. Any other shape is
+// false, for the full decode.
+func resultID(b []byte) (string, bool) {
+	const head, idm = `{"type":"result","action":"`, `,"id":"`
+	rest, ok := bytes.CutPrefix(b, []byte(head))
+	if !ok {
+		return "", false
+	}
+	i := bytes.IndexAny(rest, `"\`)
+	if i < 0 || rest[i] != '"' {
+		return "", false
+	}
+	if rest, ok = bytes.CutPrefix(rest[i+1:], []byte(idm)); !ok {
+		return "", false
+	}
+	i = bytes.IndexAny(rest, `"\`)
+	if i < 0 || rest[i] != '"' {
+		return "", false
+	}
+	return string(rest[:i]), true
+}
+
 func (c *Client) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var buf []byte
@@ -168,6 +214,10 @@ func (c *Client) readLoop() {
 		buf, err = readLine(br, buf[:0])
 		if err != nil {
 			break
+		}
+		if id, ok := resultID(buf); ok {
+			c.deliver(id, reply{raw: append(json.RawMessage(nil), buf...)})
+			continue
 		}
 		var head struct {
 			Type    string          `json:"type"`
@@ -199,18 +249,11 @@ func (c *Client) readLoop() {
 			}
 			continue
 		}
-		c.mu.Lock()
-		ch := c.pending[id]
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if ch == nil {
-			continue // the caller gave up
-		}
 		r := reply{raw: append(json.RawMessage(nil), buf...)}
 		if head.Type == "error" {
 			r = reply{err: &Error{Code: head.Code, Message: head.Message}}
 		}
-		ch <- r
+		c.deliver(id, r)
 	}
 	var e *Error
 	if !errors.As(err, &e) {
@@ -417,11 +460,14 @@ func (c *Client) Listen(ctx context.Context) error {
 }
 
 func (c *Client) call(ctx context.Context, typ string, args, out any) error {
-	raw, err := c.Call(ctx, typ, args)
+	raw, err := c.roundTrip(ctx, typ, args)
 	if err != nil {
 		return err
 	}
 	if out == nil {
+		if !json.Valid(raw) {
+			return fmt.Errorf("daemon at %s sent a malformed %s reply", c.path, typ)
+		}
 		return nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
