@@ -182,7 +182,8 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 	return m.h.Connect(dctx, ai)
 }
 
-// dialAdvertised dials a peer that ss's peer-info advertised, unless it is
+// dialAdvertised dials a peer that adv advertised (in peer-info, or mDNS
+// under mdnsAdvertiser), unless it is
 // us, connected, of another group or already being dialled, and only if a
 // mesh-wide slot is free and the advertiser's and the mesh's budgets
 // (dialBudget) have a dial left for it: a member's budget when it
@@ -190,7 +191,7 @@ func (m *Mesh) connect(ctx context.Context, ai peer.AddrInfo) error {
 // dialled while PeerTarget members are connected or being dialled: the
 // advertised peer is reached through the members we have (bound
 // "target", not counted as dropped: it is the partial mesh working).
-func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
+func (m *Mesh) dialAdvertised(adv peer.ID, ai peer.AddrInfo) {
 	if ai.ID == m.h.ID() || m.h.Network().Connectedness(ai.ID) == network.Connected || m.isMismatched(ai.ID) {
 		return
 	}
@@ -214,12 +215,12 @@ func (m *Mesh) dialAdvertised(ss *session, ai peer.AddrInfo) {
 		return
 	}
 	stranger := m.known == nil || !m.known.has(ai.ID)
-	if bound := m.peerInfoBudget.take(ss.pid, stranger, time.Now()); bound != "" {
+	if bound := m.peerInfoBudget.take(adv, stranger, time.Now()); bound != "" {
 		<-m.peerInfoSlots
 		m.memberDials--
 		m.mu.Unlock()
 		m.stats.peerInfoDropped.Add(1)
-		m.log.Debug("peer-info dial refused", "advertiser", ss.pid, "peer", ai.ID, "bound", bound)
+		m.log.Debug("advertised peer's dial refused", "advertiser", adv, "peer", ai.ID, "bound", bound)
 		return
 	}
 	m.peerInfoDialing[ai.ID] = true
@@ -367,15 +368,19 @@ func (m *Mesh) withCircuits(ai peer.AddrInfo) peer.AddrInfo {
 type mdnsNotifee struct{ m *Mesh }
 
 // HandlePeerFound dials a peer mDNS found; the handshake decides whether it
-// belongs to our group.
+// belongs to our group. An mDNS answer is anyone on the LAN's word, as a
+// peer-info entry is a peer's: it is dialled on the same terms
+// (dialAdvertised), under one advertiser of its own (mdnsAdvertiser), so a
+// host announcing thousands of identities gets a few dials a minute and
+// holds at most the mesh's dial slots.
 func (n mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 	m := n.m
 	if ai.ID == m.h.ID() || m.ctx.Err() != nil {
 		return
 	}
-	m.goRun(func(ctx context.Context) {
-		if err := m.connect(ctx, ai); err != nil {
-			m.log.Debug("mdns peer dial failed", "peer", ai.ID, "err", err)
-		}
-	})
+	m.dialAdvertised(mdnsAdvertiser, ai)
 }
+
+// mdnsAdvertiser is the advertiser mDNS answers are budgeted under; not a
+// valid PeerID, so no peer's own budget is it.
+const mdnsAdvertiser = peer.ID("mdns")

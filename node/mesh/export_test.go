@@ -21,3 +21,6 @@ func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }
 // DisableFloodPublish makes the mesh started from c publish its records to
 // its GossipSub mesh peers only.
 func DisableFloodPublish(c *Config) { c.noFloodPublish = true }
+
+// MDNSFound hands m an mDNS answer, as the LAN discovery service does.
+func MDNSFound(m *Mesh, ai peer.AddrInfo) { mdnsNotifee{m}.HandlePeerFound(ai) }

@@ -21,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/multiformats/go-multiaddr"
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node"
@@ -725,26 +726,7 @@ func TestPeerInfoAmplifierBounded(t *testing.T) {
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 
-	var accepted atomic.Int64
-	var ports []int
-	for range 8 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				accepted.Add(1)
-				c.Close()
-			}
-		}()
-	}
+	ports, accepted := countingPorts(t, 8)
 
 	r := newRogue(t)
 	r.dial(victim)
@@ -789,6 +771,74 @@ func TestPeerInfoAmplifierBounded(t *testing.T) {
 	}
 	if st.PeerInfoDials > 4 {
 		t.Errorf("victim dialled %d peers that never handshook here on one advertiser's word, want at most 4", st.PeerInfoDials)
+	}
+	if st.PeerInfoDialsLimited["advertiser-strangers"] == 0 {
+		t.Errorf("the per-advertiser bound was not counted: %v", st.PeerInfoDialsLimited)
+	}
+	victim.storesAll(t, halt())
+}
+
+// countingPorts listens on n loopback ports and counts the TCP connections
+// they accept (each closed at once).
+func countingPorts(t *testing.T, n int) ([]int, *atomic.Int64) {
+	t.Helper()
+	accepted := new(atomic.Int64)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	return ports, accepted
+}
+
+// A host on the LAN answers mDNS for thousands of identities, each at a
+// port it chose. mDNS answers are dialled on peer-info's terms, as one
+// advertiser: the victim dials at most peerInfoStrangers of them a window
+// (one address each, two tries), and honest traffic flows.
+func TestMDNSFloodDialsBounded(t *testing.T) {
+	var inFlight atomic.Int64
+	hook := func(peer.AddrInfo) func() {
+		inFlight.Add(1)
+		return func() { inFlight.Add(-1) }
+	}
+	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+	halt := honestTraffic(t, honest)
+
+	ports, accepted := countingPorts(t, 4)
+	const answers = 2000
+	for i := range answers {
+		id := randomPeerID(t)
+		a, err := multiaddr.NewMultiaddr(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i%len(ports)]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mesh.MDNSFound(victim.m, peer.AddrInfo{ID: id, Addrs: []multiaddr.Multiaddr{a}})
+	}
+	eventually(t, 30*time.Second, "victim acted on every answer", func() bool {
+		st := victim.m.Stats()
+		return st.PeerInfoDials+st.PeerInfoDialsDropped >= answers || accepted.Load() > 4*2
+	})
+	eventually(t, 30*time.Second, "the dials that went ahead ended", func() bool { return inFlight.Load() == 0 })
+	st := victim.m.Stats()
+	t.Logf("victim opened %d TCP connections for %d mDNS answers; stats %+v", accepted.Load(), answers, st)
+	if n := accepted.Load(); n > 4*2 {
+		t.Errorf("victim opened %d connections on mDNS answers, want at most %d", n, 4*2)
 	}
 	if st.PeerInfoDialsLimited["advertiser-strangers"] == 0 {
 		t.Errorf("the per-advertiser bound was not counted: %v", st.PeerInfoDialsLimited)

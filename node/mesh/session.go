@@ -526,7 +526,7 @@ func (ss *session) onPeerInfo(f *cmb.PeerInfo) {
 			continue
 		}
 		if ai, ok := advertisedPeer(e); ok {
-			m.dialAdvertised(ss, ai)
+			m.dialAdvertised(ss.pid, ai)
 		}
 	}
 }
