@@ -62,6 +62,10 @@ type Config struct {
 	NATPortMap bool `toml:"nat_port_map"`
 	// MDNS turns LAN discovery on.
 	MDNS bool `toml:"mdns"`
+	// PeerTarget is how many members this node keeps connected by its own
+	// dials (peer-info, announcements, the peerstore, mDNS); bootstrap
+	// peers, relays and `connect` peers come on top.
+	PeerTarget int `toml:"peer_target"`
 	// CGPHTTP is the address of the Context Graph Protocol HTTP binding; "" is off.
 	CGPHTTP string `toml:"cgp_http"`
 	// CGPHTTPToken is the bearer token the HTTP binding requires; "" means
@@ -118,6 +122,7 @@ func Default() Config {
 		Relays:           []string{},
 		Reachability:     "auto",
 		MDNS:             true,
+		PeerTarget:       DefaultPeerTarget,
 		MaxClockSkew:     Duration{5 * time.Minute},
 		StrictSignatures: true,
 		LogLevel:         "info",
@@ -126,6 +131,15 @@ func Default() Config {
 		Admission:        DefaultAdmission(),
 	}
 }
+
+// DefaultPeerTarget is peer_target's default: well above GossipSub's mesh
+// degree (12 at most), so any two members of a group of thousands are a
+// few hops apart, at about half a megabyte of heap per connection.
+const DefaultPeerTarget = 32
+
+// MaxPeerTarget bounds peer_target: each connection costs memory and a
+// share of every CMB's gossip.
+const MaxPeerTarget = 1024
 
 // SwarmPort is the default libp2p port, TCP and UDP (QUIC). It is fixed so
 // an address given to other members survives restarts; the mesh falls back
@@ -212,6 +226,9 @@ func (c *Config) Validate() error {
 	}
 	if err := CheckReachability(c.Reachability); err != nil {
 		return fmt.Errorf("reachability: %w", err)
+	}
+	if c.PeerTarget < 1 || c.PeerTarget > MaxPeerTarget {
+		return fmt.Errorf("peer_target %d: use a number of members from 1 to %d", c.PeerTarget, MaxPeerTarget)
 	}
 	if err := CheckHostPort(c.CGPHTTP); err != nil {
 		return fmt.Errorf("cgp_http: %w", err)
@@ -383,6 +400,12 @@ nat_port_map = %t
 # Find peers of the same group on the LAN with mDNS.
 mdns = %t
 
+# How many members this node keeps connected by its own dials (members it
+# learns of from peers, the LAN and peers.json); bootstrap peers, relays and
+# members you connect to come on top. GossipSub spreads every CMB over this
+# partial mesh. More costs about half a megabyte of memory per connection.
+peer_target = %d
+
 # Context Graph Protocol over HTTP, e.g. "127.0.0.1:7474". Empty turns it off.
 # (Hosts reach the node over stdio with "cmbnode cgp" without this.)
 cgp_http = %s
@@ -415,7 +438,7 @@ strict_signatures = %t
 # Logs go to stderr: text, or JSON when log_json is true.
 log_json = %t
 log_level = %s
-`, quote(c.Group), c.Public, quote(c.RotationGrace.String()), tomlList(c.Listen), tomlList(c.Bootstrap), tomlList(c.Relays), c.RelayService, quote(c.Reachability), c.NATPortMap, c.MDNS, quote(c.CGPHTTP), token, quote(c.Metrics), quote(c.Retention.String()), quote(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, quote(c.LogLevel))
+`, quote(c.Group), c.Public, quote(c.RotationGrace.String()), tomlList(c.Listen), tomlList(c.Bootstrap), tomlList(c.Relays), c.RelayService, quote(c.Reachability), c.NATPortMap, c.MDNS, c.PeerTarget, quote(c.CGPHTTP), token, quote(c.Metrics), quote(c.Retention.String()), quote(c.MaxClockSkew.String()), c.StrictSignatures, c.LogJSON, quote(c.LogLevel))
 	b.WriteString(renderRecall(c))
 	b.WriteString(renderAdmission(c))
 	return b.String()

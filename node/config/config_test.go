@@ -131,6 +131,28 @@ func TestStrictSignaturesSetting(t *testing.T) {
 	}
 }
 
+// peer_target is written with its default, read back, and bounded.
+func TestPeerTargetSetting(t *testing.T) {
+	home := t.TempDir()
+	if err := Write(home, Default()); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(Path(home))
+	if !strings.Contains(string(data), "\npeer_target = 32\n") {
+		t.Fatalf("rendered config lacks peer_target:\n%s", data)
+	}
+	os.WriteFile(Path(home), []byte("peer_target = 8\n"), 0o600)
+	if c, err := Load(home); err != nil || c.PeerTarget != 8 {
+		t.Fatalf("peer_target = 8: %+v %v", c.PeerTarget, err)
+	}
+	for _, bad := range []string{"0", "-3", "5000"} {
+		os.WriteFile(Path(home), []byte("peer_target = "+bad+"\n"), 0o600)
+		if _, err := Load(home); err == nil || !strings.Contains(err.Error(), "peer_target "+bad+": use a number of members from 1 to 1024") {
+			t.Errorf("peer_target = %s: %v", bad, err)
+		}
+	}
+}
+
 // Addresses are checked when settings are: a typo fails at load, not
 // later inside the mesh.
 func TestValidateChecksAddresses(t *testing.T) {

@@ -45,6 +45,7 @@ import (
 	"github.com/cmbnode/cmbnode/group"
 	"github.com/cmbnode/cmbnode/internal/opt"
 	"github.com/cmbnode/cmbnode/node"
+	"github.com/cmbnode/cmbnode/node/config"
 	"github.com/cmbnode/cmbnode/node/groupkey"
 	"github.com/cmbnode/cmbnode/node/identity"
 )
@@ -53,11 +54,12 @@ import (
 const ProtocolID = protocol.ID("/mmp/1.1.0")
 
 // DefaultPeerTarget is how many members a node keeps connected by its own
-// dials unless configured (Config.PeerTarget). Each connection costs about
-// half a megabyte of heap at both ends (session, GossipSub queues, QUIC
-// state); 32 is well above GossipSub's mesh degree (D_hi = 12) and
-// leaves any two members a few hops apart in groups of thousands.
-const DefaultPeerTarget = 32
+// dials unless configured (Config.PeerTarget; peer_target in config.toml).
+// Each connection costs about half a megabyte of heap at both ends
+// (session, GossipSub queues, QUIC state); 32 is well above GossipSub's
+// mesh degree (D_hi = 12) and leaves any two members a few hops apart in
+// groups of thousands.
+const DefaultPeerTarget = config.DefaultPeerTarget
 
 // MDNSService is the DNS-SD service cmbnode nodes announce on the LAN. It is
 // not SYM's _sym._tcp: libp2p peers are found by their own service.

@@ -13,7 +13,7 @@ import (
 // keys are its secrets, nil for a public group.
 func ConfigFrom(n *node.Node, c config.Config, keys *groupkey.Keyring, log *slog.Logger) Config {
 	return Config{
-		Node: n, Keys: keys, Public: c.Public, Listen: c.Listen, Bootstrap: c.Bootstrap, MDNS: c.MDNS, Logger: log,
+		Node: n, Keys: keys, Public: c.Public, Listen: c.Listen, Bootstrap: c.Bootstrap, MDNS: c.MDNS, PeerTarget: c.PeerTarget, Logger: log,
 		// A taken default port falls back to a random one (with a WARN);
 		// a port the operator chose is refused when taken.
 		ListenFallback: config.IsDefaultListen(c.Listen),
