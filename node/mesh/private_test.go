@@ -386,7 +386,18 @@ func TestPrivateGossipCarriesNoPlaintext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opened[f.(*cmb.CMBFrame).CMB.Key] = true
+		rec := f.(*cmb.CMBFrame).CMB
+		stored, err := a.n.Store().Get(context.Background(), rec.Key)
+		if err != nil || !bytes.Equal(rec.Encode(), stored.Raw) {
+			t.Fatalf("the record inside the envelope is not the author's, byte for byte: %v", err)
+		}
+		if err := rec.VerifyAddress(); err != nil || !strings.HasPrefix(rec.Key, "cmb1-") {
+			t.Fatalf("the record inside the envelope lost its cmb1- key: %s %v", rec.Key, err)
+		}
+		if err := rec.VerifySignature(a.n.Identity().PublicKey()); err != nil {
+			t.Fatalf("the record inside the envelope lost its signature: %v", err)
+		}
+		opened[rec.Key] = true
 	}
 	for _, k := range keys {
 		if !opened[k] {
@@ -419,6 +430,13 @@ func TestPrivateGossipCarriesNoPlaintext(t *testing.T) {
 			plain, _, err := r.keys.Open(groupkey.KindRecord, fr.Key, fr.Box)
 			if err != nil || !bytes.Contains(plain, []byte(marker)) {
 				t.Fatalf("box for %s does not open to the record: %v", fr.Key, err)
+			}
+			var inner struct {
+				CMB json.RawMessage `json:"cmb"`
+			}
+			stored, serr := a.n.Store().Get(context.Background(), fr.Key)
+			if err := json.Unmarshal(plain, &inner); err != nil || serr != nil || !bytes.Equal(inner.CMB, stored.Raw) {
+				t.Fatalf("box for %s does not hold the stored record byte for byte: %v %v", fr.Key, err, serr)
 			}
 			if _, _, err := r.keys.Open(groupkey.KindRecord, keys[0]+"x", fr.Box); err == nil {
 				t.Fatal("a box opened for another key")
