@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
@@ -276,7 +278,10 @@ func refusedAs(st ipc.StatusReply, peerID string, reasons ...string) bool {
 // new invite; group show lists both epochs, never a secret); a2 joins the
 // new epoch and stays; a3, with only the old secret, is cut off after the
 // grace — refused, counted, logged with its address — and receives none
-// of what a1 remembers after, while a2 does.
+// of what a1 remembers after, while a2 does. Rogue libp2p hosts, one with
+// the name only and one proving with a3's old secret, capture what a1
+// sends them: its handshake, its nonce, an error; no record, no plaintext,
+// nothing on the topic.
 func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	dir := t.TempDir()
 	h1 := filepath.Join(dir, "a1")
@@ -350,6 +355,20 @@ func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Rogue hosts capture what a1 sends a stranger with the name and one
+	// proving with a3's old secret, while a2 keeps receiving.
+	g3, err := groupkey.LoadGroup(filepath.Join(dir, "a3"), "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := groupkey.New(g3, groupkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr1, tag := status(t, c1).Addrs[0], old.Tag()
+	plain := []string{"alpha before the rotation", "alpha after the grace", first.Key, after.Key}
+	strangerDial(t, addr1, tag, "alpha", nil, 0).refusedOnly(t, "a stranger with the name", cmb.CodeGroupMismatch, plain...)
+	strangerDial(t, addr1, tag, tag, old, 1).refusedOnly(t, "a stranger with the old secret", cmb.CodeAuthFailed, plain...)
 	waitFor(t, "a2, on the new epoch, stores the new record", 10*time.Second, func() bool { return has(t, c2, after.Key) })
 	time.Sleep(3 * time.Second) // a redial and a catch-up round would have delivered it
 	if st := status(t, c3); has(t, c3, after.Key) || st.Counters.Received != before.Received || st.Peers != 0 {
