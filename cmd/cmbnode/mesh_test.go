@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -212,6 +213,20 @@ func TestInviteJoinCatchesUp(t *testing.T) {
 	}
 	if r := bin(t, "", "join", "--home", other, line); r.code != 1 || !strings.Contains(r.stderr, "invite is for another group") {
 		t.Errorf("invite for another group: %+v", r)
+	}
+	// A home with a private group "default" of its own: same name, another group.
+	same := filepath.Join(dir, "same")
+	createGroup(t, same, "default")
+	own, err := os.ReadFile(filepath.Join(same, "groups", "default", "1.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bin(t, "", "join", "--home", same, line)
+	if r.code != 1 || !strings.Contains(r.stderr, "another private group of that name") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("invite for another private group of the same name: %+v, want exit 1 and one line", r)
+	}
+	if now, err := os.ReadFile(filepath.Join(same, "groups", "default", "1.key")); err != nil || !bytes.Equal(now, own) {
+		t.Errorf("a refused invite changed the home's own secret: %v", err)
 	}
 
 	h2 := filepath.Join(dir, "a2")
