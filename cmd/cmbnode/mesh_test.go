@@ -150,13 +150,21 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 	}
 }
 
-// TestPublicDaemons: two daemons in a --public group meet by name alone
+// TestPublicDaemons: two daemons in a public group, one by --public and
+// one by public = true in its config (init --public), meet by name alone
 // and deliver, as plain MMP nodes would; each warns that the group is open.
 func TestPublicDaemons(t *testing.T) {
 	dir := t.TempDir()
 	p1 := startDaemon(t, filepath.Join(dir, "p1"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0")
 	c1 := dialDaemon(t, p1)
-	p2 := startDaemon(t, filepath.Join(dir, "p2"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", status(t, c1).Addrs[0])
+	h2 := filepath.Join(dir, "p2")
+	if r := bin(t, "", "init", "--home", h2, "--group", "open", "--public"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if b, err := os.ReadFile(filepath.Join(h2, "config.toml")); err != nil || !strings.Contains(string(b), "\npublic = true\n") {
+		t.Fatalf("init --public wrote no public = true: %v\n%s", err, b)
+	}
+	p2 := startDaemon(t, h2, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", status(t, c1).Addrs[0])
 	c2 := dialDaemon(t, p2)
 	waitFor(t, "public daemons meet", 30*time.Second, func() bool { return status(t, c2).Peers == 1 })
 	res, err := c1.Remember(context.Background(), ipc.RememberArgs{Fields: map[string]any{"focus": "public note"}})
@@ -167,6 +175,9 @@ func TestPublicDaemons(t *testing.T) {
 	for _, d := range []*daemonProc{p1, p2} {
 		if !strings.Contains(d.logs.String(), "anyone who knows its name") {
 			t.Errorf("no WARN about the public group:\n%s", d.logs)
+		}
+		if _, err := os.Stat(filepath.Join(d.home, "groups")); !os.IsNotExist(err) {
+			t.Errorf("a public daemon made a group secret: %v", err)
 		}
 	}
 }
