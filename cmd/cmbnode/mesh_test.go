@@ -148,6 +148,10 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 	if st := status(t, c2); st.Counters.Accepted < 1 {
 		t.Fatalf("a2 counters: %+v", st.Counters)
 	}
+	// a1 counted the other alpha as refused for its group.
+	if st := status(t, c1); !refusedAs(st, status(t, cx).PeerID, "group") {
+		t.Errorf("a1 does not list the other alpha as refused: %+v", st.Refused)
+	}
 }
 
 // TestPublicDaemons: two daemons in a public group, one by --public and
