@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/groupkey"
 	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
@@ -143,15 +148,27 @@ func TestDaemonsMeshAndIsolateGroups(t *testing.T) {
 	if st := status(t, c2); st.Counters.Accepted < 1 {
 		t.Fatalf("a2 counters: %+v", st.Counters)
 	}
+	// a1 counted the other alpha as refused for its group.
+	if st := status(t, c1); !refusedAs(st, status(t, cx).PeerID, "group") {
+		t.Errorf("a1 does not list the other alpha as refused: %+v", st.Refused)
+	}
 }
 
-// TestPublicDaemons: two daemons in a --public group meet by name alone
+// TestPublicDaemons: two daemons in a public group, one by --public and
+// one by public = true in its config (init --public), meet by name alone
 // and deliver, as plain MMP nodes would; each warns that the group is open.
 func TestPublicDaemons(t *testing.T) {
 	dir := t.TempDir()
 	p1 := startDaemon(t, filepath.Join(dir, "p1"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0")
 	c1 := dialDaemon(t, p1)
-	p2 := startDaemon(t, filepath.Join(dir, "p2"), "--group", "open", "--public", "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", status(t, c1).Addrs[0])
+	h2 := filepath.Join(dir, "p2")
+	if r := bin(t, "", "init", "--home", h2, "--group", "open", "--public"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if b, err := os.ReadFile(filepath.Join(h2, "config.toml")); err != nil || !strings.Contains(string(b), "\npublic = true\n") {
+		t.Fatalf("init --public wrote no public = true: %v\n%s", err, b)
+	}
+	p2 := startDaemon(t, h2, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", status(t, c1).Addrs[0])
 	c2 := dialDaemon(t, p2)
 	waitFor(t, "public daemons meet", 30*time.Second, func() bool { return status(t, c2).Peers == 1 })
 	res, err := c1.Remember(context.Background(), ipc.RememberArgs{Fields: map[string]any{"focus": "public note"}})
@@ -162,6 +179,9 @@ func TestPublicDaemons(t *testing.T) {
 	for _, d := range []*daemonProc{p1, p2} {
 		if !strings.Contains(d.logs.String(), "anyone who knows its name") {
 			t.Errorf("no WARN about the public group:\n%s", d.logs)
+		}
+		if _, err := os.Stat(filepath.Join(d.home, "groups")); !os.IsNotExist(err) {
+			t.Errorf("a public daemon made a group secret: %v", err)
 		}
 	}
 }
@@ -209,6 +229,20 @@ func TestInviteJoinCatchesUp(t *testing.T) {
 	if r := bin(t, "", "join", "--home", other, line); r.code != 1 || !strings.Contains(r.stderr, "invite is for another group") {
 		t.Errorf("invite for another group: %+v", r)
 	}
+	// A home with a private group "default" of its own: same name, another group.
+	same := filepath.Join(dir, "same")
+	createGroup(t, same, "default")
+	own, err := os.ReadFile(filepath.Join(same, "groups", "default", "1.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bin(t, "", "join", "--home", same, line)
+	if r.code != 1 || !strings.Contains(r.stderr, "another private group of that name") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("invite for another private group of the same name: %+v, want exit 1 and one line", r)
+	}
+	if now, err := os.ReadFile(filepath.Join(same, "groups", "default", "1.key")); err != nil || !bytes.Equal(now, own) {
+		t.Errorf("a refused invite changed the home's own secret: %v", err)
+	}
 
 	h2 := filepath.Join(dir, "a2")
 	join(t, h2, line)
@@ -236,6 +270,154 @@ func TestInviteJoinCatchesUp(t *testing.T) {
 	}
 	if r := bin(t, "", "status", "--json", "--home", h2); strings.Contains(r.stdout, f.Secret) {
 		t.Error("status shows the group secret")
+	}
+}
+
+// setGrace sets rotation_grace in home's config.toml.
+func setGrace(t *testing.T, home, grace string) {
+	t.Helper()
+	p := filepath.Join(home, "config.toml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^rotation_grace = .*$`)
+	if !re.Match(b) {
+		t.Fatalf("config.toml has no rotation_grace:\n%s", b)
+	}
+	if err := os.WriteFile(p, re.ReplaceAll(b, []byte(`rotation_grace = "`+grace+`"`)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refusedAs reports whether st lists peerID as refused for one of reasons.
+func refusedAs(st ipc.StatusReply, peerID string, reasons ...string) bool {
+	for _, r := range st.Refused {
+		if r.PeerID == peerID && slices.Contains(reasons, r.Reason) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDaemonsRefuseStrangerAndOldSecret, as separate processes: a1
+// creates private group alpha, a2 and a3 join with its invite, all with
+// an 8 s rotation grace. A stranger that knows the name but no secret
+// (a --public alpha daemon) dials a1 and is refused, counted and logged
+// with its address, and holds nothing. a1 rotates (group rotate prints a
+// new invite; group show lists both epochs, never a secret); a2 joins the
+// new epoch and stays; a3, with only the old secret, is cut off after the
+// grace — refused, counted, logged with its address — and receives none
+// of what a1 remembers after, while a2 does. Rogue libp2p hosts, one with
+// the name only and one proving with a3's old secret, capture what a1
+// sends them: its handshake, its nonce, an error; no record, no plaintext,
+// nothing on the topic.
+func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
+	dir := t.TempDir()
+	h1 := filepath.Join(dir, "a1")
+	createGroup(t, h1, "alpha")
+	setGrace(t, h1, "8s")
+	a1 := meshDaemon(t, h1, "alpha")
+	c1 := dialDaemon(t, a1)
+	line := invite(t, h1)
+	var ds []*daemonProc
+	for _, n := range []string{"a2", "a3"} {
+		h := filepath.Join(dir, n)
+		join(t, h, line)
+		setGrace(t, h, "8s")
+		ds = append(ds, startDaemon(t, h))
+	}
+	a2 := ds[0]
+	c2, c3 := dialDaemon(t, a2), dialDaemon(t, ds[1])
+	waitFor(t, "the three members meet", 30*time.Second, func() bool {
+		return status(t, c1).Peers == 2 && status(t, c2).Peers == 2 && status(t, c3).Peers == 2
+	})
+	ctx := context.Background()
+	first, err := c1.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "alpha before the rotation"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a3 stores the first record", 10*time.Second, func() bool { return has(t, c3, first.Key) })
+
+	// A stranger with the right name and no secret.
+	p := startDaemon(t, filepath.Join(dir, "p"), "--group", "alpha", "--public", "--bootstrap", status(t, c1).Addrs[0])
+	cp := dialDaemon(t, p)
+	pst := status(t, cp)
+	waitFor(t, "a1 lists the stranger as refused", 30*time.Second, func() bool { return refusedAs(status(t, c1), pst.PeerID, "group") })
+
+	// Rotate; a2 joins the new epoch at once, a3 never does.
+	r := bin(t, "", "group", "rotate", "--home", h1)
+	line2 := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(line2, "cmbnode-invite-1.") || line2 == line || !strings.Contains(r.stderr, "epoch 2") {
+		t.Fatalf("group rotate: %+v", r)
+	}
+	join(t, filepath.Join(dir, "a2"), line2)
+	show := bin(t, "", "group", "show", "--home", h1)
+	if show.code != 0 || !strings.Contains(show.stdout, "epoch 1") || !strings.Contains(show.stdout, "epoch 2") {
+		t.Fatalf("group show: %+v", show)
+	}
+	for _, n := range []string{"1.key", "2.key"} {
+		b, err := os.ReadFile(filepath.Join(h1, "groups", "alpha", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct{ Secret string }
+		if err := json.Unmarshal(b, &f); err != nil || f.Secret == "" {
+			t.Fatalf("secret file %s: %v", n, err)
+		}
+		for where, out := range map[string]string{"group show": show.stdout + show.stderr, "a1's log": a1.logs.String(), "status": bin(t, "", "status", "--json", "--home", h1).stdout} {
+			if strings.Contains(out, f.Secret) {
+				t.Errorf("%s shows the secret of %s", where, n)
+			}
+		}
+	}
+
+	a3ID := status(t, c3).PeerID
+	waitFor(t, "a1 and a2 cut a3 off after the grace", 60*time.Second, func() bool {
+		return status(t, c3).Peers == 0 && status(t, c1).Peers == 1 && status(t, c2).Peers == 1
+	})
+	st1, st2 := status(t, c1), status(t, c2)
+	if !refusedAs(st1, a3ID, "epoch", "proof") && !refusedAs(st2, a3ID, "epoch", "proof") {
+		t.Errorf("a3 is not counted as refused: a1 %+v, a2 %+v", st1.Refused, st2.Refused)
+	}
+	before := status(t, c3).Counters
+	after, err := c1.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "alpha after the grace"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rogue hosts capture what a1 sends a stranger with the name and one
+	// proving with a3's old secret, while a2 keeps receiving.
+	g3, err := groupkey.LoadGroup(filepath.Join(dir, "a3"), "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := groupkey.New(g3, groupkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr1, tag := status(t, c1).Addrs[0], old.Tag()
+	plain := []string{"alpha before the rotation", "alpha after the grace", first.Key, after.Key}
+	strangerDial(t, addr1, tag, "alpha", nil, 0).refusedOnly(t, "a stranger with the name", cmb.CodeGroupMismatch, plain...)
+	strangerDial(t, addr1, tag, tag, old, 1).refusedOnly(t, "a stranger with the old secret", cmb.CodeAuthFailed, plain...)
+	waitFor(t, "a2, on the new epoch, stores the new record", 10*time.Second, func() bool { return has(t, c2, after.Key) })
+	time.Sleep(3 * time.Second) // a redial and a catch-up round would have delivered it
+	if st := status(t, c3); has(t, c3, after.Key) || st.Counters.Received != before.Received || st.Peers != 0 {
+		t.Fatalf("a3, holding only the old secret, received after the grace: peers %d received %d → %d", st.Peers, before.Received, st.Counters.Received)
+	}
+	if !has(t, c3, first.Key) || !has(t, c2, first.Key) {
+		t.Error("records of epoch 1 are no longer readable")
+	}
+	if st := status(t, cp); st.CMBs != 0 || st.Counters.Received != 0 || st.Peers != 0 {
+		t.Errorf("the stranger holds or received alpha records: cmbs %d received %d peers %d", st.CMBs, st.Counters.Received, st.Peers)
+	}
+	// Each refusal is logged with the refused peer's address.
+	logs := a1.logs.String() + a2.logs.String()
+	for _, what := range []string{"mmp handshake refused", "group secret epoch has expired", "no valid group membership proof"} {
+		if !slices.ContainsFunc(strings.Split(logs, "\n"), func(l string) bool {
+			return strings.Contains(l, what) && strings.Contains(l, "addr=/ip4/127.0.0.1/tcp/")
+		}) {
+			t.Errorf("no log line with %q names the refused peer's address:\n%s", what, logs)
+		}
 	}
 }
 

@@ -354,7 +354,7 @@ const (
 //	10 24  XChaCha20-Poly1305 nonce, random
 //	34  …  ciphertext and 16-byte tag
 //
-// The associated data is bytes 0–10, the group's tag, a zero byte and the
+// The associated data is bytes 0–9 (the header), the group's tag, a zero byte and the
 // record key (empty for gossip: a receiver does not know it before
 // opening, and putting it in clear would give every observer the content
 // address). The nonce is random, so the same plaintext sealed twice gives

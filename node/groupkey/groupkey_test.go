@@ -185,6 +185,19 @@ func TestFiles(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("secret file: %v %v", fi, err)
 	}
+	if di, err := os.Stat(Dir(home, "alpha")); err != nil || di.Mode().Perm() != 0o700 {
+		t.Fatalf("secret directory: %v %v", di, err)
+	}
+	// The secret is 32 random bytes: another group, or the same name
+	// created in another home, never gets the same secret or id.
+	again, err := Create(t.TempDir(), "alpha", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, s2 := g.Epochs[0].Secret, again.Epochs[0].Secret
+	if len(s1) != 32 || s1 == s2 || s1 == (Secret{}) || g.ID == again.ID || bytes.Count(s1[:], s1[:1]) == 32 {
+		t.Fatalf("secrets %x and %x, ids %x and %x: not 32 independent random bytes", s1, s2, g.ID, again.ID)
+	}
 	k, err := Load(home, "alpha", Options{Grace: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,31 @@ func (r *rogue) drain() [][]byte {
 	}
 }
 
+// refusal drains the victim's frames and returns the error codes among
+// them; anything but its handshake, nonce and error frames, or any of
+// leaks, fails the test: a refused peer gets nothing of the group.
+func (r *rogue) refusal(leaks ...string) []int {
+	t := r.t
+	t.Helper()
+	var codes []int
+	for _, p := range r.drain() {
+		switch typ := frameType(p); typ {
+		case cmb.TypeHandshake, "x-cmbnode-group-nonce":
+		case cmb.TypeError:
+			f, _ := cmb.ParseFrame(p)
+			codes = append(codes, f.(*cmb.ErrorFrame).Code)
+		default:
+			t.Errorf("the stranger received a %q frame: %s", typ, cmb.Truncate(string(p), 200))
+		}
+		for _, l := range leaks {
+			if bytes.Contains(p, []byte(l)) {
+				t.Errorf("the stranger received plaintext: %s", p)
+			}
+		}
+	}
+	return codes
+}
+
 func frameType(p []byte) string {
 	var h struct {
 		Type string `json:"type"`
@@ -169,21 +194,7 @@ func TestPrivateGroupRefusesNonMembers(t *testing.T) {
 			r.joinTopicNamed("/mmp/1.1.0/group/" + victim.keys.Tag()) // knows the topic: still gets nothing
 			r.handshakeAs(r.id.PublicKeyB64(), wire)
 			c.act(r)
-			var codes []int
-			for _, p := range r.drain() {
-				switch typ := frameType(p); typ {
-				case cmb.TypeHandshake, "x-cmbnode-group-nonce":
-				case cmb.TypeError:
-					f, _ := cmb.ParseFrame(p)
-					codes = append(codes, f.(*cmb.ErrorFrame).Code)
-				default:
-					t.Errorf("the stranger received a %q frame: %s", typ, cmb.Truncate(string(p), 200))
-				}
-				if bytes.Contains(p, []byte("private plan")) || bytes.Contains(p, []byte(secretKey)) {
-					t.Errorf("the stranger received plaintext: %s", p)
-				}
-			}
-			if len(codes) != 1 || codes[0] != c.want {
+			if codes := r.refusal("private plan", secretKey); len(codes) != 1 || codes[0] != c.want {
 				t.Errorf("error codes %v, want [%d]", codes, c.want)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -219,6 +230,86 @@ func TestPrivateGroupRefusesNonMembers(t *testing.T) {
 		t.Errorf("victim has %d peers, want only the honest one", victim.m.PeerCount())
 	}
 	victim.storesAll(t, halt())
+}
+
+// A stranger that knows the topic connects to a member and subscribes,
+// but never opens an /mmp stream, so it never proves anything. It stays
+// connected while the member authors records (flood-published to every
+// admitted subscriber) and relays an honest member's: it receives no
+// message on the topic at all, and the honest traffic keeps flowing.
+func TestTopicSubscriberWithoutProofReceivesNothing(t *testing.T) {
+	victim := newMember(t, "alpha", "victim", nil, nil)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+	r := newRogue(t)
+	ai, err := peer.AddrInfoFromString(victim.m.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.h.Connect(ctx, *ai); err != nil {
+		t.Fatal(err)
+	}
+	r.joinTopic("alpha")
+	halt := honestTraffic(t, honest)
+	var own []string
+	for i := range 20 {
+		own = append(own, victim.remember(fmt.Sprintf("the victim's secret note %d", i), nil, ""))
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, "the honest member stores the victim's records", func() bool {
+		for _, k := range own {
+			if !honest.has(k) {
+				return false
+			}
+		}
+		return true
+	})
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	defer rcancel()
+	if msg, err := r.sub.Next(rctx); err == nil {
+		t.Fatalf("the subscriber without a proof received %d bytes on the topic from %s", len(msg.GetData()), msg.ReceivedFrom)
+	}
+	victim.storesAll(t, halt())
+}
+
+// A member's valid proof from one connection, replayed by the same peer
+// on its next connection (the victim's nonce is new), is refused with
+// error 1006 and counted, and that session gets nothing of the group.
+func TestProofReplayedOnANewConnection(t *testing.T) {
+	victim := newMember(t, "alpha", "victim", nil, nil)
+	secretKey := victim.remember("held before the replay", nil, "")
+	r := newRogue(t)
+	r.dial(victim)
+	k := testKeys(t, "alpha")
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	ours := r.sendNonce(1)
+	mac := r.prove(k, 1, ours, r.readHello())
+	r.sendProof(1, mac)
+	if f := r.readRaw(); !strings.Contains(string(f), "x-cmbnode-group-proof") {
+		t.Fatalf("the victim answered an honest proof with %s", f)
+	}
+	eventually(t, 10*time.Second, "the victim admits the first connection", func() bool { return victim.m.PeerCount() == 1 })
+	victimID, _ := peer.Decode(victim.m.PeerID())
+	_ = r.h.Network().ClosePeer(victimID)
+	eventually(t, 10*time.Second, "the victim drops the first connection", func() bool { return victim.m.PeerCount() == 0 })
+
+	before := victim.m.Stats().ProofsFailed
+	r.dial(victim)
+	r.handshake(r.id.PublicKeyB64(), "alpha")
+	r.sendNonce(1)
+	r.readHello()
+	r.sendProof(1, mac)
+	if codes := r.refusal(secretKey, "held before the replay"); len(codes) != 1 || codes[0] != cmb.CodeAuthFailed {
+		t.Fatalf("a replayed proof got error codes %v, want [%d]", codes, cmb.CodeAuthFailed)
+	}
+	if got := victim.m.Stats().ProofsFailed - before; got != 1 {
+		t.Errorf("victim counted %d failed proofs, want 1", got)
+	}
+	if victim.m.PeerCount() != 0 {
+		t.Errorf("the replaying peer is admitted")
+	}
 }
 
 // A member relaying gossip forwards only envelopes: a member connected
@@ -295,7 +386,18 @@ func TestPrivateGossipCarriesNoPlaintext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opened[f.(*cmb.CMBFrame).CMB.Key] = true
+		rec := f.(*cmb.CMBFrame).CMB
+		stored, err := a.n.Store().Get(context.Background(), rec.Key)
+		if err != nil || !bytes.Equal(rec.Encode(), stored.Raw) {
+			t.Fatalf("the record inside the envelope is not the author's, byte for byte: %v", err)
+		}
+		if err := rec.VerifyAddress(); err != nil || !strings.HasPrefix(rec.Key, "cmb1-") {
+			t.Fatalf("the record inside the envelope lost its cmb1- key: %s %v", rec.Key, err)
+		}
+		if err := rec.VerifySignature(a.n.Identity().PublicKey()); err != nil {
+			t.Fatalf("the record inside the envelope lost its signature: %v", err)
+		}
+		opened[rec.Key] = true
 	}
 	for _, k := range keys {
 		if !opened[k] {
@@ -328,6 +430,13 @@ func TestPrivateGossipCarriesNoPlaintext(t *testing.T) {
 			plain, _, err := r.keys.Open(groupkey.KindRecord, fr.Key, fr.Box)
 			if err != nil || !bytes.Contains(plain, []byte(marker)) {
 				t.Fatalf("box for %s does not open to the record: %v", fr.Key, err)
+			}
+			var inner struct {
+				CMB json.RawMessage `json:"cmb"`
+			}
+			stored, serr := a.n.Store().Get(context.Background(), fr.Key)
+			if err := json.Unmarshal(plain, &inner); err != nil || serr != nil || !bytes.Equal(inner.CMB, stored.Raw) {
+				t.Fatalf("box for %s does not hold the stored record byte for byte: %v %v", fr.Key, err, serr)
 			}
 			if _, _, err := r.keys.Open(groupkey.KindRecord, keys[0]+"x", fr.Box); err == nil {
 				t.Fatal("a box opened for another key")

@@ -255,7 +255,7 @@ func (m *Mesh) watchKeys(ctx context.Context) {
 		for _, ss := range m.allSessions() {
 			switch {
 			case m.keys.Accepts(ss.epoch) != nil:
-				m.log.Warn("ending a session: its group secret epoch has expired", "peer", ss.pid, "nodeId", ss.nodeID, "epoch", ss.epoch)
+				m.log.Warn("ending a session: its group secret epoch has expired", "peer", ss.pid, "addr", ss.s.Conn().RemoteMultiaddr().String(), "nodeId", ss.nodeID, "epoch", ss.epoch)
 				m.stats.epochExpired.Add(1)
 				ss.fail(cmb.CodeAuthFailed, "group secret epoch expired")
 				m.markMismatched(ss.pid, refusedEpoch, "")

@@ -78,7 +78,7 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 		m.stats.handshakeFailed.Add(1)
 		var pe *ProofError
 		if !errors.As(err, &pe) { // refuse logged it at WARN
-			m.log.Info("mmp handshake refused", "peer", ss.pid, "outbound", outbound, "err", err)
+			m.log.Info("mmp handshake refused", "peer", ss.pid, "addr", s.Conn().RemoteMultiaddr().String(), "outbound", outbound, "err", err)
 		}
 		// Close, not Reset: the error frame already written must arrive.
 		_ = s.Close()

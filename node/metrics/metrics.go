@@ -131,6 +131,8 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			counter("cmbnode_handshakes_total", "Completed /mmp/1.1.0 handshakes.", func(s *ms) int64 { return s.Handshakes }),
 			counter("cmbnode_handshakes_failed_total", "Refused or failed handshakes.", func(s *ms) int64 { return s.HandshakesFailed }),
 			counter("cmbnode_group_mismatches_total", "Handshakes from peers of another group.", func(s *ms) int64 { return s.GroupMismatches }),
+			counter("cmbnode_group_proofs_failed_total", "Peers refused for a missing, malformed or wrong membership proof of the private group.", func(s *ms) int64 { return s.ProofsFailed }),
+			counter("cmbnode_group_epochs_expired_total", "Sessions ended because their group secret epoch was superseded longer than rotation_grace ago.", func(s *ms) int64 { return s.EpochsExpired }),
 			counter("cmbnode_gossip_published_total", "Records published on the group topic.", func(s *ms) int64 { return s.Published }),
 			counter("cmbnode_gossip_unadmitted_total", "Gossip from peers not handshaken into the group, ignored.", func(s *ms) int64 { return s.GossipUnadmitted }),
 			counter("cmbnode_fetches_served_total", "Fetch requests served to peers.", func(s *ms) int64 { return s.FetchesServed }),

@@ -50,7 +50,8 @@ func TestServe(t *testing.T) {
 	defer m.Close()
 	stats := fixedStats{Peers: 3, PendingParents: 2, Handshakes: 7, CatchUpRounds: 5, GossipMesh: 1,
 		GossipDropped: map[string]int64{"queue-full": 4, "a": 1}, PeerInfoDialsLimited: map[string]int64{"advertiser-strangers": 9},
-		ParentFetches: 9, PendingDropped: map[string]int64{"author-cap": 6, "expired": 2}}
+		ParentFetches: 9, PendingDropped: map[string]int64{"author-cap": 6, "expired": 2},
+		GroupMismatches: 8, ProofsFailed: 11, EpochsExpired: 3}
 	if err := metrics.Register(reg, n, stats); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +91,9 @@ func TestServe(t *testing.T) {
 		"# TYPE cmbnode_parent_fetches_total counter\ncmbnode_parent_fetches_total 9\n",
 		`cmbnode_pending_parents_dropped_total{reason="author-cap"} 6` + "\n" + `cmbnode_pending_parents_dropped_total{reason="expired"} 2` + "\n",
 		"# TYPE cmbnode_roster_expired_total counter\ncmbnode_roster_expired_total 0\n",
+		"# TYPE cmbnode_group_mismatches_total counter\ncmbnode_group_mismatches_total 8\n",
+		"# TYPE cmbnode_group_proofs_failed_total counter\ncmbnode_group_proofs_failed_total 11\n",
+		"# TYPE cmbnode_group_epochs_expired_total counter\ncmbnode_group_epochs_expired_total 3\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q:\n%s", want, body)
