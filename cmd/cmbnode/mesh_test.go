@@ -302,7 +302,8 @@ func refusedAs(st ipc.StatusReply, peerID string, reasons ...string) bool {
 
 // TestDaemonsRefuseStrangerAndOldSecret, as separate processes: a1
 // creates private group alpha, a2 and a3 join with its invite, all with
-// an 8 s rotation grace. A stranger that knows the name but no secret
+// a 15 s rotation grace (a2 must load the new secret within it: the
+// daemon reloads keys every 5 s). A stranger that knows the name but no secret
 // (a --public alpha daemon) dials a1 and is refused, counted and logged
 // with its address, and holds nothing. a1 rotates (group rotate prints a
 // new invite; group show lists both epochs, never a secret); a2 joins the
@@ -316,7 +317,7 @@ func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	dir := t.TempDir()
 	h1 := filepath.Join(dir, "a1")
 	createGroup(t, h1, "alpha")
-	setGrace(t, h1, "8s")
+	setGrace(t, h1, "15s")
 	a1 := meshDaemon(t, h1, "alpha")
 	c1 := dialDaemon(t, a1)
 	line := invite(t, h1)
@@ -324,7 +325,7 @@ func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	for _, n := range []string{"a2", "a3"} {
 		h := filepath.Join(dir, n)
 		join(t, h, line)
-		setGrace(t, h, "8s")
+		setGrace(t, h, "15s")
 		ds = append(ds, startDaemon(t, h))
 	}
 	a2 := ds[0]
