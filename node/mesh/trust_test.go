@@ -42,12 +42,14 @@ func recallKeys(t *testing.T, mb *member, query string) []string {
 
 // A member cannot publish records "authored by" the receiving node: a
 // record claiming the receiver's nodeId is checked against the receiver's
-// own key, never the frame's, so it is neither stored nor served.
+// own key, never the frame's, so it is neither stored nor served; honest
+// traffic keeps flowing during the attack.
 func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
 	forged := r.build("the victim said this, honestly", "alpha", victim.nodeID())
 	r.publish(frameOf(t, forged, r.id.PublicKeyB64()))
@@ -71,15 +73,20 @@ func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	if honest.has(forged.Key) || honest.has(bare.Key) {
 		t.Fatal("a forgery was relayed to the honest node")
 	}
+	victim.storesAll(t, halt())
 }
 
 // A key that came only with a gossiped frame
 // is marked unconfirmed, and a later handshake presenting another key for
 // the nodeId wins: the records the frame key signed are quarantined (kept,
-// not surfaced, listed by status), counted and logged.
+// not surfaced, listed by status), counted and logged, while an honest
+// member's records keep arriving.
 func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
-	r := rogueMember(t, victim, "alpha", 1)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
 	// The real owner of this nodeId exists but has not met the victim yet.
 	realHome := t.TempDir()
@@ -149,8 +156,12 @@ func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	if victim.has(late.Key) {
 		t.Fatal("the rogue's claim was stored after the handshake")
 	}
+	victim.storesAll(t, halt())
 	// A member joining later catches up from the victim without the
-	// quarantined records: they are not served either.
+	// quarantined records: they are not served either. The honest member
+	// leaves first: it kept the forgeries under the frame key, as the
+	// victim did before the handshake, and would serve them.
+	honest.stop()
 	newcomer := newMember(t, "alpha", "newcomer", []*member{victim}, nil)
 	eventually(t, 20*time.Second, "the newcomer catches up", func() bool { return newcomer.has(k) })
 	for _, f := range forged {
@@ -168,6 +179,7 @@ func TestUnsignedLegacyRecordRefused(t *testing.T) {
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
 	texts := [cmb.NumFields]string{"an unsigned legacy record", "neutral", "neutral", "neutral", "neutral", "neutral", "neutral"}
 	legacy := &cmb.Record{Key: cmb.AddressLegacy(&texts), CreatedBy: honest.nodeID(), CreatedAt: time.Now().UnixMilli()}
@@ -187,4 +199,5 @@ func TestUnsignedLegacyRecordRefused(t *testing.T) {
 	}
 	k := honest.remember("signed and flowing", nil, "")
 	eventually(t, 10*time.Second, "victim stores honest traffic", func() bool { return victim.has(k) })
+	victim.storesAll(t, halt())
 }
