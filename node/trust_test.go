@@ -1,10 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -250,5 +252,56 @@ func TestPublishedDirectedRecordTravelsSealed(t *testing.T) {
 	}
 	if strings.Contains(string(sr.Raw), "bob's eyes") {
 		t.Fatal("served in clear")
+	}
+}
+
+// A handshake key that replaces a key known only from gossip is an event
+// the operator hears of: counted, and logged at WARN with the nodeId and
+// both keys.
+func TestReplacedKeyCountedAndLoggedAtWarn(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	id, err := identity.Create(home, "victim", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	n, err := Open(Options{Home: home, Group: "alpha", Identity: id, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	real, err := identity.Create(t.TempDir(), "real", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, roguePriv, _ := ed25519.GenerateKey(rand.Reader)
+	forged, err := cmb.Build(cmb.Draft{Fields: fields("in real's name"), Group: "alpha", CreatedBy: real.NodeID, CreatedAt: 1_751_000_000_000}, roguePriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.Check(ctx, forged, Source{Via: "gossip", AuthorKey: cmb.EncodeKey(rogue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Accept(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PinPeer(ctx, real.NodeID, real.PublicKey(), real.X25519.PublicKey().Bytes(), "real"); err != nil {
+		t.Fatal(err)
+	}
+	if s := n.Counters.Snapshot(); s.KeysReplaced != 1 || s.Quarantined != 1 {
+		t.Fatalf("counters keysReplaced %d quarantined %d, want 1 and 1", s.KeysReplaced, s.Quarantined)
+	}
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "replaced an author key") {
+			line = l
+		}
+	}
+	for _, want := range []string{"level=WARN", "nodeId=" + real.NodeID, "replacedKey=" + cmb.EncodeKey(rogue), "key=" + real.PublicKeyB64(), "quarantined=1"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the replacement's log line %q lacks %q; all logs:\n%s", line, want, logs.String())
+		}
 	}
 }
