@@ -19,8 +19,9 @@ func fields(focus string) cmb.Fields {
 	return f
 }
 
-func TestBackendServesTheStore(t *testing.T) {
-	ctx := context.Background()
+// openAlice opens a node named alice in group alpha in a fresh home.
+func openAlice(t *testing.T) *node.Node {
+	t.Helper()
 	home := t.TempDir()
 	id, err := identity.Create(home, "alice", rand.Reader)
 	if err != nil {
@@ -31,6 +32,12 @@ func TestBackendServesTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func TestBackendServesTheStore(t *testing.T) {
+	ctx := context.Background()
+	n := openAlice(t)
 	var root string
 	for i := 0; i < 20; i++ {
 		res, err := n.Remember(ctx, node.RememberInput{Fields: fields(fmt.Sprintf("parser rollout step %d", i))})
@@ -90,16 +97,7 @@ func TestBackendServesTheStore(t *testing.T) {
 // no such mark.
 func TestCGPMarksUnconfirmedKeyAsLowerProvenance(t *testing.T) {
 	ctx := context.Background()
-	home := t.TempDir()
-	id, err := identity.Create(home, "alice", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(node.Options{Home: home, Group: "alpha", Identity: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	n := openAlice(t)
 	carol, err := identity.Create(t.TempDir(), "carol", rand.Reader)
 	if err != nil {
 		t.Fatal(err)
