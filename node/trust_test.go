@@ -1,10 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -250,5 +252,139 @@ func TestPublishedDirectedRecordTravelsSealed(t *testing.T) {
 	}
 	if strings.Contains(string(sr.Raw), "bob's eyes") {
 		t.Fatal("served in clear")
+	}
+}
+
+// A handshake key that replaces a key known only from gossip is an event
+// the operator hears of: counted, and logged at WARN with the nodeId and
+// both keys.
+func TestReplacedKeyCountedAndLoggedAtWarn(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	id, err := identity.Create(home, "victim", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	n, err := Open(Options{Home: home, Group: "alpha", Identity: id, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	real, err := identity.Create(t.TempDir(), "real", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, roguePriv, _ := ed25519.GenerateKey(rand.Reader)
+	forged, err := cmb.Build(cmb.Draft{Fields: fields("in real's name"), Group: "alpha", CreatedBy: real.NodeID, CreatedAt: 1_751_000_000_000}, roguePriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.Check(ctx, forged, Source{Via: "gossip", AuthorKey: cmb.EncodeKey(rogue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Accept(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PinPeer(ctx, real.NodeID, real.PublicKey(), real.X25519.PublicKey().Bytes(), "real"); err != nil {
+		t.Fatal(err)
+	}
+	if s := n.Counters.Snapshot(); s.KeysReplaced != 1 || s.Quarantined != 1 {
+		t.Fatalf("counters keysReplaced %d quarantined %d, want 1 and 1", s.KeysReplaced, s.Quarantined)
+	}
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "replaced an author key") {
+			line = l
+		}
+	}
+	for _, want := range []string{"level=WARN", "nodeId=" + real.NodeID, "replacedKey=" + cmb.EncodeKey(rogue), "key=" + real.PublicKeyB64(), "quarantined=1"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the replacement's log line %q lacks %q; all logs:\n%s", line, want, logs.String())
+		}
+	}
+}
+
+// A home whose roster already pins this node's nodeId to another key — as
+// gossip could leave it before the node pinned its own — gets its own key
+// back at Open, whether that pin was unconfirmed or trusted: the records
+// the other key signed in our name are quarantined, and a genuine record
+// of ours coming from a peer (one restored from a backup elsewhere, say)
+// verifies again.
+func TestOwnPinRestoredAtOpen(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unconfirmed", true: "trusted"}[trusted], func(t *testing.T) {
+			ctx := context.Background()
+			home := t.TempDir()
+			id, err := identity.Create(home, "self", rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := Open(Options{Home: home, Group: "alpha", Identity: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// The damage, written into the store directly: our nodeId
+			// pinned to a rogue key and a record forged in our name under it.
+			rogue, roguePriv, _ := ed25519.GenerateKey(rand.Reader)
+			forged, err := cmb.Build(cmb.Draft{Fields: fields("i never said this"), Group: "alpha", CreatedBy: id.NodeID, CreatedAt: 1_751_000_000_000}, roguePriv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(StoreDir(home), store.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			self := strings.ToLower(id.NodeID)
+			if err := st.DeletePeer(ctx, self); err != nil {
+				t.Fatal(err)
+			}
+			if trusted {
+				_, _, err = st.TrustPeer(ctx, store.Peer{NodeID: self, Ed25519: rogue})
+			} else {
+				_, err = st.PutPeer(ctx, store.Peer{NodeID: self, Ed25519: rogue})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := st.Put(ctx, entryOf(forged), store.Meta{Source: "peer-rogue", Verified: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			n, err = Open(Options{Home: home, Group: "alpha", Identity: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			p, err := n.Store().GetPeer(ctx, self)
+			if err != nil || !p.Confirmed || !ed25519.PublicKey(p.Ed25519).Equal(id.PublicKey()) {
+				t.Fatalf("own roster entry after Open %+v %v, want our key, confirmed", p, err)
+			}
+			if !n.Store().IsQuarantined(forged.Key) {
+				t.Fatal("the record forged in our name is still surfaced")
+			}
+			genuine, err := cmb.Build(cmb.Draft{Fields: fields("genuinely mine"), Group: "alpha", CreatedBy: id.NodeID, CreatedAt: 1_751_000_000_000}, id.Ed25519)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := n.Check(ctx, genuine, Source{PeerID: "peer-bob", NodeID: "bob", AuthorKey: id.PublicKeyB64(), Via: "catch-up"})
+			if err != nil {
+				t.Fatalf("our genuine record coming back from a peer: %v", err)
+			}
+			if _, err := n.Accept(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Get(ctx, genuine.Key); err != nil {
+				t.Fatalf("our genuine record after it came back: %v", err)
+			}
+		})
 	}
 }

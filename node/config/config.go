@@ -426,7 +426,7 @@ retention = %s
 
 # A record dated more than this after it arrives here (its author's clock
 # runs ahead) is listed, recalled and purged by its arrival time; its signed
-# createdAt is kept as the author wrote it.
+# createdAt is kept as the author wrote it. "0s" means the default, "5m".
 max_clock_skew = %s
 
 # Refuse every unsigned record (true), or admit one only from an author

@@ -68,6 +68,8 @@ type member struct {
 	prep func(*node.Node)
 	// limits are the node's admission limits (zero: the defaults).
 	limits node.Limits
+	// allowUnsigned is strict_signatures = false.
+	allowUnsigned bool
 }
 
 func logger(t testing.TB) *slog.Logger {
@@ -112,7 +114,7 @@ func (mb *member) start(peers []*member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t), Limits: mb.limits})
+	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t), Limits: mb.limits, AllowUnsigned: mb.allowUnsigned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -510,9 +510,11 @@ func TestRejectedGossipGraylistsSender(t *testing.T) {
 	victim.storesAll(t, halt())
 }
 
-// honestTraffic has mb remember a record every 50 ms until the returned
-// function is called; that function returns the keys remembered. It is
-// also a cleanup, registered after the members so it runs before they close.
+// honestTraffic has mb remember a record at once and then every 50 ms until
+// the returned function is called, and one more then, so the records span
+// everything the test did in between; that function returns the keys
+// remembered. It is also a cleanup, registered after the members so it runs
+// before they close.
 func honestTraffic(t *testing.T, mb *member) (halt func() []string) {
 	stop := make(chan struct{})
 	var once sync.Once
@@ -525,12 +527,8 @@ func honestTraffic(t *testing.T, mb *member) (halt func() []string) {
 	}
 	t.Cleanup(func() { halt() })
 	wg.Go(func() {
+		stopping := false
 		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
 			var f cmb.Fields
 			f[cmb.Focus].Text = fmt.Sprintf("honest during the attack %d", i)
 			res, err := mb.n.Remember(context.Background(), node.RememberInput{Fields: f})
@@ -539,6 +537,14 @@ func honestTraffic(t *testing.T, mb *member) (halt func() []string) {
 				return
 			}
 			keys = append(keys, res.Key)
+			if stopping {
+				return
+			}
+			select {
+			case <-stop:
+				stopping = true
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	})
 	return halt

@@ -42,12 +42,14 @@ func recallKeys(t *testing.T, mb *member, query string) []string {
 
 // A member cannot publish records "authored by" the receiving node: a
 // record claiming the receiver's nodeId is checked against the receiver's
-// own key, never the frame's, so it is neither stored nor served.
+// own key, never the frame's, so it is neither stored nor served; honest
+// traffic keeps flowing during the attack.
 func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
 	forged := r.build("the victim said this, honestly", "alpha", victim.nodeID())
 	r.publish(frameOf(t, forged, r.id.PublicKeyB64()))
@@ -71,15 +73,20 @@ func TestForgedSelfAuthoredRecordRefused(t *testing.T) {
 	if honest.has(forged.Key) || honest.has(bare.Key) {
 		t.Fatal("a forgery was relayed to the honest node")
 	}
+	victim.storesAll(t, halt())
 }
 
 // A key that came only with a gossiped frame
 // is marked unconfirmed, and a later handshake presenting another key for
 // the nodeId wins: the records the frame key signed are quarantined (kept,
-// not surfaced, listed by status), counted and logged.
+// not surfaced, listed by status), counted and logged, while an honest
+// member's records keep arriving.
 func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	victim := newMember(t, "alpha", "victim", nil, nil)
-	r := rogueMember(t, victim, "alpha", 1)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
 	// The real owner of this nodeId exists but has not met the victim yet.
 	realHome := t.TempDir()
@@ -149,8 +156,12 @@ func TestHandshakeKeyWinsOverFrameKey(t *testing.T) {
 	if victim.has(late.Key) {
 		t.Fatal("the rogue's claim was stored after the handshake")
 	}
+	victim.storesAll(t, halt())
 	// A member joining later catches up from the victim without the
-	// quarantined records: they are not served either.
+	// quarantined records: they are not served either. The honest member
+	// leaves first: it kept the forgeries under the frame key, as the
+	// victim did before the handshake, and would serve them.
+	honest.stop()
 	newcomer := newMember(t, "alpha", "newcomer", []*member{victim}, nil)
 	eventually(t, 20*time.Second, "the newcomer catches up", func() bool { return newcomer.has(k) })
 	for _, f := range forged {
@@ -168,16 +179,9 @@ func TestUnsignedLegacyRecordRefused(t *testing.T) {
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
 
-	texts := [cmb.NumFields]string{"an unsigned legacy record", "neutral", "neutral", "neutral", "neutral", "neutral", "neutral"}
-	legacy := &cmb.Record{Key: cmb.AddressLegacy(&texts), CreatedBy: honest.nodeID(), CreatedAt: time.Now().UnixMilli()}
-	for i := range texts {
-		legacy.Fields[i].Text = texts[i]
-	}
-	legacy.SetGroup("alpha")
-	if err := legacy.Verify(cmb.Policy{Audience: cmb.Audience{Group: "alpha"}, AllowUnsigned: true}); err != nil {
-		t.Fatalf("the test record is not a valid unsigned legacy record: %v", err)
-	}
+	legacy := unsignedLegacy(t, honest.nodeID(), "an unsigned legacy record")
 	r.publish(frameOf(t, legacy, ""))
 	eventually(t, 10*time.Second, "the unsigned record is refused as unsigned", func() bool {
 		return victim.n.Counters.Rejected()["unsigned"] >= 1
@@ -187,4 +191,75 @@ func TestUnsignedLegacyRecordRefused(t *testing.T) {
 	}
 	k := honest.remember("signed and flowing", nil, "")
 	eventually(t, 10*time.Second, "victim stores honest traffic", func() bool { return victim.has(k) })
+	victim.storesAll(t, halt())
+}
+
+// unsignedLegacy is a valid unsigned legacy (cmb-) record of group alpha
+// claiming createdBy.
+func unsignedLegacy(t *testing.T, createdBy, focus string) *cmb.Record {
+	t.Helper()
+	texts := [cmb.NumFields]string{focus, "neutral", "neutral", "neutral", "neutral", "neutral", "neutral"}
+	legacy := &cmb.Record{Key: cmb.AddressLegacy(&texts), CreatedBy: createdBy, CreatedAt: time.Now().UnixMilli()}
+	for i := range texts {
+		legacy.Fields[i].Text = texts[i]
+	}
+	legacy.SetGroup("alpha")
+	if err := legacy.Verify(cmb.Policy{Audience: cmb.Audience{Group: "alpha"}, AllowUnsigned: true}); err != nil {
+		t.Fatalf("the test record is not a valid unsigned legacy record: %v", err)
+	}
+	return legacy
+}
+
+// With strict_signatures off, MMP §18.3.1's rules still hold against a
+// rogue member: an unsigned record is admitted from an author never seen
+// signing whose key the victim does not hold, but refused (unsigned) for an
+// author whose key it holds and for one that has had a signed record
+// admitted (the downgrade), while honest traffic keeps flowing.
+func TestUnsignedRefusedWithoutStrictSignatures(t *testing.T) {
+	home := t.TempDir()
+	if _, err := identity.Create(home, "victim", nil); err != nil {
+		t.Fatal(err)
+	}
+	victim := &member{t: t, home: home, grp: "alpha", allowUnsigned: true}
+	victim.start(nil)
+	t.Cleanup(victim.stop)
+	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
+	waitPeers(t, 1, victim, honest)
+	r := rogueMember(t, victim, "alpha", 2)
+	halt := honestTraffic(t, honest)
+
+	// The victim is lenient: an author it knows nothing of may be unsigned.
+	fresh := unsignedLegacy(t, "agent-never-signed", "unsigned from a stranger")
+	r.publish(frameOf(t, fresh, ""))
+	eventually(t, 10*time.Second, "the lenient victim admits an unknown author's unsigned record", func() bool { return victim.has(fresh.Key) })
+
+	// An author whose key the victim holds (a handshake pinned it).
+	known := unsignedLegacy(t, honest.nodeID(), "unsigned in the honest member's name")
+	r.publish(frameOf(t, known, ""))
+	eventually(t, 10*time.Second, "the unsigned record of a known key is refused as unsigned", func() bool {
+		return victim.n.Counters.Rejected()["unsigned"] >= 1
+	})
+
+	// An author that has signed: its key came only with frames, and the
+	// later unsigned record carries none, so only the durable "has signed"
+	// state can refuse it.
+	signed := unsignedLegacy(t, "agent-signer", "signed by an agent")
+	texts := signed.Fields.Texts()
+	signed.Key = cmb.AddressV1(&texts, nil, signed.CreatedBy)
+	if err := signed.Sign(r.id.Ed25519); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(frameOf(t, signed, r.id.PublicKeyB64()))
+	eventually(t, 10*time.Second, "the agent's signed record is admitted", func() bool { return victim.has(signed.Key) })
+	downgrade := unsignedLegacy(t, "agent-signer", "unsigned from an author that signs")
+	r.publish(frameOf(t, downgrade, ""))
+	eventually(t, 10*time.Second, "the downgrade is refused as unsigned", func() bool {
+		return victim.n.Counters.Rejected()["unsigned"] >= 2
+	})
+	for _, k := range []string{known.Key, downgrade.Key} {
+		if victim.has(k) {
+			t.Errorf("the lenient victim stored unsigned record %s", k)
+		}
+	}
+	victim.storesAll(t, halt())
 }
