@@ -223,14 +223,8 @@ func Run(ctx context.Context, opts Options) error {
 	case !errors.Is(err, config.ErrExists):
 		return err
 	}
-	so := opts.StoreOptions
-	so.Logger = log.With("component", "store")
-	so.MaxClockSkew = cmp.Or(so.MaxClockSkew, cfg.MaxClockSkew.Duration)
-	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: opts.Version}
-	a := cfg.Admission
-	nopts.Limits = node.Limits{MaxFutureSkew: a.MaxFutureSkew.Duration, AuthorRate: a.AuthorRate, AuthorBurst: a.AuthorBurst,
-		RosterIdleTTL: a.RosterIdleTTL.Duration, RosterMaxIdle: a.RosterMaxIdle}
-	if err := recallOptions(cfg, &nopts); err != nil {
+	nopts, err := nodeOptions(home, cfg, id, log, opts.StoreOptions, opts.Version)
+	if err != nil {
 		return err
 	}
 	n, err := node.Open(nopts)
@@ -562,4 +556,20 @@ func CheckOffline(ctx context.Context, home string) (node.CheckResult, error) {
 	}
 	defer st.Close()
 	return node.CheckOf(ctx, st)
+}
+
+// nodeOptions are the node's settings from the config: the store's
+// (so, with max_clock_skew unless so sets one), strict_signatures, the
+// admission limits, and recall's (encoder, SVAF policy).
+func nodeOptions(home string, cfg config.Config, id *identity.Identity, log *slog.Logger, so store.Options, version string) (node.Options, error) {
+	so.Logger = log.With("component", "store")
+	so.MaxClockSkew = cmp.Or(so.MaxClockSkew, cfg.MaxClockSkew.Duration)
+	nopts := node.Options{Home: home, Group: cfg.Group, Identity: id, Logger: log, StoreOptions: so, AllowUnsigned: !cfg.StrictSignatures, Version: version}
+	a := cfg.Admission
+	nopts.Limits = node.Limits{MaxFutureSkew: a.MaxFutureSkew.Duration, AuthorRate: a.AuthorRate, AuthorBurst: a.AuthorBurst,
+		RosterIdleTTL: a.RosterIdleTTL.Duration, RosterMaxIdle: a.RosterMaxIdle}
+	if err := recallOptions(cfg, &nopts); err != nil {
+		return node.Options{}, err
+	}
+	return nopts, nil
 }
