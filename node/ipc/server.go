@@ -622,6 +622,19 @@ func (c *conn) kill() {
 	for _, job := range c.srv.sched.take(c.q) {
 		job()
 	}
+	// Nor are its queued replies kept until the connection's goroutines
+	// end (they may wait for requests in flight, or the write timeout): a
+	// dropped client's bytes leave the budget when it is dropped, so the
+	// clients dropped one after another in a flood do not pile up over it.
+	for {
+		select {
+		case m := <-c.out:
+			c.releaseReply(len(m.b))
+			continue
+		default:
+		}
+		return
+	}
 }
 
 // drop disconnects a client that stopped reading.
