@@ -181,7 +181,7 @@ func (n *Node) ReplayAfter(cursor string) (*Replay, error) {
 }
 
 func (r *Replay) expired(why string) error {
-	return fmt.Errorf("%w: %s; catch up with `export` or `recent`, then `listen` without `after`", ErrCursorExpired, why)
+	return fmt.Errorf("%w: %s; `listen` without `after`, then catch up with `export` or `recent`", ErrCursorExpired, why)
 }
 
 // Last is the seq of the last record the replay has passed (delivered or
