@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // replayAll reads a replay to its end, a few records at a time.
@@ -157,5 +158,13 @@ func TestReplayRefusesCursors(t *testing.T) {
 	}
 	if c, _ := bob.Head(); strings.HasPrefix(c, boot+".") {
 		t.Fatalf("reopened node kept the boot id %s", boot)
+	}
+}
+
+// TestAcceptRingCost: the ring's cost as docs/ipc.md states it, 35 bytes
+// an entry with nothing for the collector to scan (2.2 MiB when full).
+func TestAcceptRingCost(t *testing.T) {
+	if s := unsafe.Sizeof(acceptEntry{}); s != 35 || s*DefaultAcceptedRing > 23<<20/10 {
+		t.Fatalf("an entry is %d bytes, %d when the ring is full", s, s*DefaultAcceptedRing)
 	}
 }
