@@ -64,6 +64,9 @@ type Options struct {
 	SVAF SVAFOptions
 	// Limits bound admission and the roster (limits.go).
 	Limits Limits
+	// AcceptedRing is how many accepted records a listener can resume
+	// after (resume.go; 0: DefaultAcceptedRing).
+	AcceptedRing int
 }
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
@@ -230,6 +233,7 @@ type Node struct {
 	limits   Limits
 	quotas   *quotas
 	prune    rosterPrune
+	accepted *acceptLog
 
 	Counters Counters
 }
@@ -256,11 +260,15 @@ func Open(opts Options) (*Node, error) {
 		so.Now = opts.Now
 	}
 	opts.Limits.defaults()
+	accepted, err := newAcceptLog(opts.AcceptedRing)
+	if err != nil {
+		return nil, fmt.Errorf("open node: %w", err)
+	}
 	st, err := store.Open(StoreDir(opts.Home), so)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{
+	n := &Node{accepted: accepted,
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
 		retriever: opts.Retriever, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),

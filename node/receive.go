@@ -11,7 +11,6 @@ import (
 	"github.com/cmbnode/cmbnode/e2e"
 	"github.com/cmbnode/cmbnode/group"
 	"github.com/cmbnode/cmbnode/lineage"
-	"github.com/cmbnode/cmbnode/node/events"
 	"github.com/cmbnode/cmbnode/store"
 )
 
@@ -351,7 +350,9 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 		drift := v.Drift
 		ev.Decision, ev.Drift, ev.Nearest, ev.Hidden = string(v.Decision), &drift, v.Nearest, n.Hidden(c.Record.Key)
 	}
-	n.bus.Publish(events.Event{Name: events.CMBAccepted, Data: ev})
+	// Replay (resume.go) rebuilds this event from the store: a member
+	// added here must be kept there too, or in the ring.
+	n.accepted.publish(n.bus, ev, v != nil)
 	return false, nil
 }
 
@@ -383,6 +384,11 @@ type AcceptedEvent struct {
 	Nearest string `json:"nearest,omitempty"`
 	Hidden  bool   `json:"hidden,omitempty"`
 	Via     string `json:"via,omitempty"`
+	// Cursor is the event's place in this node's order of accepted
+	// records: `listen` with it as `after` resumes after it (resume.go).
+	// Seq is its number in that order.
+	Cursor string `json:"cursor"`
+	Seq    uint64 `json:"-"`
 }
 
 func rejectReason(err error) string {

@@ -232,8 +232,16 @@ func (c *Client) readLoop() {
 			break
 		}
 		if head.Type == "event" {
+			ev := Event{Event: head.Event, Data: head.Data}
+			if ev.Event == "cmb-accepted" {
+				var d struct {
+					Cursor string `json:"cursor"`
+				}
+				json.Unmarshal(ev.Data, &d) // a data without a cursor leaves it empty
+				ev.Cursor = d.Cursor
+			}
 			select {
-			case c.events <- Event{Event: head.Event, Data: head.Data}:
+			case c.events <- ev:
 			default:
 				c.eventsDropped.Add(1)
 			}
@@ -457,6 +465,27 @@ func (c *Client) Verify(ctx context.Context, request json.RawMessage) (json.RawM
 // Listen subscribes this connection to events; read them from Events.
 func (c *Client) Listen(ctx context.Context) error {
 	return c.call(ctx, TypeListen, nil, nil)
+}
+
+// ListenAfter subscribes this connection to events, first delivering as
+// cmb-accepted events every record the node accepted after cursor (an
+// Event's Cursor, or one ListenAfter or Listen returned), then live
+// events, none twice. "" subscribes without a replay. It returns the
+// cursor live events start after. A cursor the node no longer numbers
+// (a restart, or more records since than it keeps) is an *Error with
+// code CodeCursorExpired: catch up with Export or Recent, then listen
+// afresh. If EventsDropped grows, events were lost here, in the client:
+// resume on a new connection after the last cursor read.
+func (c *Client) ListenAfter(ctx context.Context, cursor string) (string, error) {
+	var args any
+	if cursor != "" {
+		args = map[string]string{"after": cursor}
+	}
+	var r struct {
+		Cursor string `json:"cursor"`
+	}
+	err := c.call(ctx, TypeListen, args, &r)
+	return r.Cursor, err
 }
 
 func (c *Client) call(ctx context.Context, typ string, args, out any) error {

@@ -28,6 +28,8 @@ type Node interface {
 	Sync() node.SyncProgress
 	Peers() []node.PeerInfo
 	Events() *events.Bus
+	Head() (cursor string, seq uint64)
+	ReplayAfter(cursor string) (*node.Replay, error)
 	Export(ctx context.Context, q node.ExportQuery) (node.ExportPage, error)
 	Import(ctx context.Context, lines []node.ExportLine) (node.ImportResult, error)
 	CheckStore(ctx context.Context) (node.CheckResult, error)
@@ -57,6 +59,8 @@ func codeOf(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.Is(err, node.ErrCursorExpired):
+		return &Error{Code: CodeCursorExpired, Message: err.Error()}
 	case errors.Is(err, node.ErrDiskFull):
 		return &Error{Code: CodeDiskFull, Message: err.Error()}
 	case errors.Is(err, node.ErrBadRequest):
@@ -199,7 +203,11 @@ func (c *conn) dispatch(ctx context.Context, typ string, id json.RawMessage, m m
 		}
 		return n.Trust(ctx, nodeID, pub, nil)
 	case TypeListen:
-		return nil, c.listen(typ, id)
+		var after *string
+		if raw, ok := m["after"]; ok && (json.Unmarshal(raw, &after) != nil || after == nil) {
+			return nil, Errorf(CodeBadRequest, "after must be a string: the cursor of the last cmb-accepted event read")
+		}
+		return nil, c.listen(typ, id, after)
 	case TypeRecent:
 		return c.recent(ctx, m)
 	case TypeThread:

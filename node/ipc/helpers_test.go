@@ -27,12 +27,20 @@ type testServer struct {
 
 func startServer(t testing.TB, tune func(*Options)) *testServer {
 	t.Helper()
+	return startServerWith(t, node.Options{}, tune)
+}
+
+// startServerWith is startServer with the node's options (Home, Group
+// and Identity are set here).
+func startServerWith(t testing.TB, nopts node.Options, tune func(*Options)) *testServer {
+	t.Helper()
 	home := t.TempDir()
 	id, err := identity.Create(home, "ipc-test", rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(node.Options{Home: home, Group: "default", Identity: id})
+	nopts.Home, nopts.Group, nopts.Identity = home, "default", id
+	n, err := node.Open(nopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ const (
 	CodeUnavailable    = "unavailable"
 	CodeDiskFull       = "disk_full"
 	CodeInternal       = "internal"
+	// CodeCursorExpired refuses a listen `after` a cursor the daemon no
+	// longer numbers (another run, or older than its ring).
+	CodeCursorExpired = "cursor_expired"
 )
 
 // Request types of the socket contract.
@@ -72,10 +75,13 @@ func Errorf(code, format string, a ...any) *Error {
 // ErrNoDaemon is wrapped by Dial when nothing serves the socket.
 var ErrNoDaemon = errors.New("no cmbnode daemon is running")
 
-// Event is one pushed event as a listener receives it.
+// Event is one pushed event as a listener receives it. Cursor is a
+// cmb-accepted event's data.cursor: keep the last one read, and
+// ListenAfter it on a new connection to receive what came after.
 type Event struct {
-	Event string          `json:"event"`
-	Data  json.RawMessage `json:"data"`
+	Event  string          `json:"event"`
+	Data   json.RawMessage `json:"data"`
+	Cursor string          `json:"-"`
 }
 
 // encodeResult renders {"type":"result","action":action,"id":id, …payload's members}.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cmbnode/cmbnode/internal/opt"
+	"github.com/cmbnode/cmbnode/node"
 	"github.com/cmbnode/cmbnode/node/events"
 )
 
@@ -652,8 +653,9 @@ func (c *conn) drop(reason string) {
 // outMsg is one queued message. The listen reply carries the new
 // subscription, so the writer starts on events only after writing it.
 type outMsg struct {
-	b   []byte
-	sub *events.Sub
+	b      []byte
+	sub    *events.Sub
+	replay *node.Replay
 }
 
 // send queues one message without ever blocking: a full queue means the
@@ -725,7 +727,13 @@ func (c *conn) writer() {
 		}
 		return true
 	}
-	var evC <-chan events.Event // nil until the listen reply is written
+	var evC <-chan events.Event // nil until the listen reply (and any replay) is written
+	// A listen after a cursor replays first (replay, then sub's events);
+	// skip is the last record it passed: live events up to it were
+	// replayed already.
+	var replay *node.Replay
+	var sub *events.Sub
+	var skip uint64
 	writeMsg := func(m outMsg) bool {
 		ok := write(m.b)
 		c.releaseReply(len(m.b))
@@ -733,40 +741,111 @@ func (c *conn) writer() {
 			return false
 		}
 		if m.sub != nil {
-			evC = m.sub.C
+			if m.replay != nil {
+				replay, sub = m.replay, m.sub
+			} else {
+				evC = m.sub.C
+			}
 		}
 		return true
 	}
+	// Events go out together, in one write: a listener that reads keeps
+	// up with a burst at a syscall per batch, where one per event fell
+	// behind and was dropped. Events being written count against the
+	// budget as replies do, so listeners that do not read are bounded by
+	// it too.
+	flush := func() bool {
+		n := len(frame)
+		if n == 0 {
+			return true
+		}
+		c.holdReply(n)
+		ok := writeFrame()
+		c.releaseReply(n)
+		frame = frame[:0]
+		return ok
+	}
+	addEvent := func(ev events.Event) bool {
+		b := c.srv.eventBytes(ev)
+		if b == nil {
+			return true
+		}
+		if len(frame) > 0 && len(frame)+len(b) > eventBatchBytes && !flush() {
+			return false
+		}
+		frame = appendMsg(frame, b)
+		return true
+	}
+	drainReplies := func() {
+		for {
+			select {
+			case m := <-c.out:
+				if !writeMsg(m) {
+					return
+				}
+			default:
+				return
+			}
+		}
+	}
 	for {
+		if replay != nil {
+			// Replies first; the replay goes out a batch at a time
+			// between them, its live events waiting in sub meanwhile.
+			select {
+			case m := <-c.out:
+				if !writeMsg(m) {
+					return
+				}
+				continue
+			case <-c.readDone:
+				drainReplies()
+				return
+			case <-c.dead:
+				return
+			default:
+			}
+			evs, done, err := replay.Next(c.ctx, eventBatch)
+			if err != nil {
+				if errors.Is(err, node.ErrCursorExpired) {
+					c.drop(err.Error())
+				} else if c.ctx.Err() == nil {
+					c.srv.log.Error("socket listen replay failed", "client", c.id, "err", err)
+					c.kill()
+				}
+				return
+			}
+			frame = frame[:0]
+			for _, ev := range evs {
+				if !addEvent(events.Event{Name: events.CMBAccepted, Data: ev}) {
+					return
+				}
+			}
+			if !flush() {
+				return
+			}
+			if done {
+				skip, evC, replay = replay.Last(), sub.C, nil
+			}
+			continue
+		}
 		select {
 		case m := <-c.out:
 			if !writeMsg(m) {
 				return
 			}
 		case ev := <-evC:
-			// Events waiting go out together, in one write: a listener
-			// that reads keeps up with a burst at a syscall per batch,
-			// where one per event fell behind and was dropped. Events
-			// being written count against the budget as replies do, so
-			// listeners that do not read are bounded by it too.
 			frame = frame[:0]
-			flush := func() bool {
-				n := len(frame)
-				if n == 0 {
-					return true
-				}
-				c.holdReply(n)
-				ok := writeFrame()
-				c.releaseReply(n)
-				frame = frame[:0]
-				return ok
-			}
 			for n := 1; ; n++ {
-				if b := c.srv.eventBytes(ev); b != nil {
-					if len(frame) > 0 && len(frame)+len(b) > eventBatchBytes && !flush() {
-						return
+				replayed := false
+				if a, ok := ev.Data.(node.AcceptedEvent); ok && skip > 0 {
+					// The bus delivers in seq order: past skip, none is.
+					if replayed = a.Seq <= skip; !replayed {
+						skip = 0
 					}
-					frame = appendMsg(frame, b)
+				}
+				if !replayed && !addEvent(ev) {
+					return
 				}
 				if n == eventBatch {
 					break
@@ -784,16 +863,8 @@ func (c *conn) writer() {
 				return
 			}
 		case <-c.readDone:
-			for {
-				select {
-				case m := <-c.out:
-					if !writeMsg(m) {
-						return
-					}
-				default:
-					return
-				}
-			}
+			drainReplies()
+			return
 		case <-c.dead:
 			return
 		}
@@ -1125,16 +1196,31 @@ func (c *conn) closeSub() {
 
 // listen subscribes the connection to the node's events. The writer
 // starts taking events only after writing the reply, so it comes first.
-func (c *conn) listen(typ string, id json.RawMessage) error {
-	reply, err := encodeResult(typ, id, map[string]string{"status": "subscribed"})
-	if err != nil {
-		return err
-	}
+// With after (a cursor), the writer first replays the records accepted
+// after it. The subscription is made before the head is read, so every
+// record numbered after the head reaches the subscription: the replay
+// runs at least to the head, and the writer skips live events it replayed.
+func (c *conn) listen(typ string, id json.RawMessage, after *string) error {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	if c.sub != nil {
+		if after != nil {
+			return Errorf(CodeBadRequest, "this connection already listens; resume `after` a cursor on a new connection")
+		}
+		cursor, _ := c.srv.node.Head()
+		reply, err := listenReply(typ, id, cursor)
+		if err != nil {
+			return err
+		}
 		c.send(reply)
 		return nil
+	}
+	var replay *node.Replay
+	if after != nil {
+		var err error
+		if replay, err = c.srv.node.ReplayAfter(*after); err != nil {
+			return err
+		}
 	}
 	if n := c.srv.listeners.Add(1); n > int64(c.srv.opts.MaxListeners) {
 		c.srv.listeners.Add(-1)
@@ -1142,15 +1228,24 @@ func (c *conn) listen(typ string, id json.RawMessage) error {
 		return Errorf(CodeUnavailable, "too many listeners (%d); try again later", c.srv.opts.MaxListeners)
 	}
 	sub := c.srv.node.Events().Subscribe(c.srv.opts.EventQueue)
-	if !c.enqueue(outMsg{b: reply, sub: sub}) {
+	cursor, _ := c.srv.node.Head()
+	reply, err := listenReply(typ, id, cursor)
+	if err != nil || !c.enqueue(outMsg{b: reply, sub: sub, replay: replay}) {
 		sub.Close()
 		c.srv.listeners.Add(-1)
-		return nil
+		return err
 	}
 	c.sub = sub
 	c.listening.Store(true)
 	go c.watch(sub)
 	return nil
+}
+
+// listenReply says the connection is subscribed and names the cursor its
+// live events start after: a listener dropped before it read any can
+// resume from it.
+func listenReply(typ string, id json.RawMessage, cursor string) ([]byte, error) {
+	return encodeResult(typ, id, map[string]string{"status": "subscribed", "cursor": cursor})
 }
 
 // watch drops the client when the bus gives up on it: the writer could
