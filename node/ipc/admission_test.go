@@ -151,7 +151,9 @@ func TestRoomIsMadeFromTheIdlest(t *testing.T) {
 // reply are not, however long they wait.
 func TestIdleTimeoutSparesListenersAndRequestsInFlight(t *testing.T) {
 	cgp := newHeldCGP()
-	const limit = 100 * time.Millisecond
+	// Long enough that the test, on a loaded machine, sends its status
+	// right after the held reply before the connection counts as idle.
+	const limit = 400 * time.Millisecond
 	ts := startServer(t, func(o *Options) { o.CGP = cgp; o.HelloTimeout = limit; o.IdleTimeout = limit })
 
 	listener := dialRaw(t, ts.path)
