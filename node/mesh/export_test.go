@@ -21,3 +21,6 @@ func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }
 // DisableFloodPublish makes the mesh started from c publish its records to
 // its GossipSub mesh peers only.
 func DisableFloodPublish(c *Config) { c.noFloodPublish = true }
+
+// NATDialRanker is the host's dial ranker.
+var NATDialRanker = natDialRanker
