@@ -22,5 +22,5 @@ func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }
 // its GossipSub mesh peers only.
 func DisableFloodPublish(c *Config) { c.noFloodPublish = true }
 
-// NATDialRanker is the host's dial ranker.
+// NATDialRanker is the dial ranker of a host listening on listen.
 var NATDialRanker = natDialRanker

@@ -499,6 +499,12 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
 	}
+	var listen []ma.Multiaddr
+	for _, s := range cfg.Listen {
+		if a, err := ma.NewMultiaddr(s); err == nil {
+			listen = append(listen, a)
+		}
+	}
 	transport := cfg.transport
 	if transport == nil {
 		transport = []libp2p.Option{
@@ -516,7 +522,7 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 		libp2p.ResourceManager(rm),
 		libp2p.EnableRelay(),
 		libp2p.EnableAutoNATv2(),
-		libp2p.SwarmOpts(swarm.WithDialRanker(natDialRanker)),
+		libp2p.SwarmOpts(swarm.WithDialRanker(natDialRanker(listen))),
 		// Without a registerer libp2p would register in the process-global
 		// Prometheus registry, so its metrics are off unless given one.
 		metricsOpt,
