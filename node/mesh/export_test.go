@@ -24,3 +24,6 @@ func DisableFloodPublish(c *Config) { c.noFloodPublish = true }
 
 // MDNSFound hands m an mDNS answer, as the LAN discovery service does.
 func MDNSFound(m *Mesh, ai peer.AddrInfo) { mdnsNotifee{m}.HandlePeerFound(ai) }
+
+// NATDialRanker is the dial ranker of a host listening on listen.
+var NATDialRanker = natDialRanker

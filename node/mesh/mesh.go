@@ -32,6 +32,7 @@ import (
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
@@ -500,6 +501,12 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start mesh: resource manager: %w", err)
 	}
+	var listen []ma.Multiaddr
+	for _, s := range cfg.Listen {
+		if a, err := ma.NewMultiaddr(s); err == nil {
+			listen = append(listen, a)
+		}
+	}
 	transport := cfg.transport
 	if transport == nil {
 		transport = []libp2p.Option{
@@ -517,6 +524,7 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 		libp2p.ResourceManager(rm),
 		libp2p.EnableRelay(),
 		libp2p.EnableAutoNATv2(),
+		libp2p.SwarmOpts(swarm.WithDialRanker(natDialRanker(listen))),
 		// Without a registerer libp2p would register in the process-global
 		// Prometheus registry, so its metrics are off unless given one.
 		metricsOpt,

@@ -587,17 +587,25 @@ func (m *Mesh) holePunchAddrs() []ma.Multiaddr {
 // relayed connection came in to), once the service has armed — it
 // registers its protocol when holePunchAddrs first returns something,
 // polling every few seconds. It gives up when the peer goes away or has
-// a direct connection.
+// a direct connection, or once a punch was tried.
+//
+// A DirectConnect that ends before punching is tried again: the peer arms
+// its own service only once it has an observed address, often after our
+// first try, and refuses the DCUtR stream until then ("protocols not
+// supported"); libp2p does not retry that. (The attempt counter is the
+// mesh's, so a punch with another peer meanwhile also ends the retries.)
 func (m *Mesh) punchWhenArmed(ctx context.Context, pid peer.ID) {
 	for range 40 { // ~20 s: the service re-checks its addresses every 5 s at most
 		if m.connKind(pid) != ConnRelayed {
 			return
 		}
 		if slices.Contains(m.h.Mux().Protocols(), holePunchProtocol) {
-			if err := m.hps.DirectConnect(pid); err != nil {
-				m.log.Debug("hole punch not done", "peer", pid, "err", err)
+			tried := m.reach.hpAttempts.Load()
+			err := m.hps.DirectConnect(pid)
+			if err == nil || m.reach.hpAttempts.Load() != tried {
+				return
 			}
-			return
+			m.log.Debug("hole punch not started; trying again", "peer", pid, "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -425,6 +425,12 @@ func (m *Mesh) addSession(ss *session) {
 	if c := ss.s.Conn(); isRelayed(c) && c.Stat().Direction == network.DirInbound {
 		m.goRun(func(ctx context.Context) { m.punchWhenArmed(ctx, ss.pid) })
 	}
+	// libp2p punches as soon as identify ends on an inbound circuit, so the
+	// direct connection can come up before this session on the circuit
+	// was admitted; onConnected then had no session to move. Move it now.
+	if isRelayed(ss.s.Conn()) && m.connKind(ss.pid) == ConnBoth {
+		m.goRun(func(ctx context.Context) { m.upgradeToDirect(ctx, ss.pid) })
+	}
 	if ok {
 		return
 	}
