@@ -43,6 +43,23 @@ const (
 	minCandidates   = 30
 )
 
+// rankParams are the ranking's settings; a Node holds its own
+// (defaultRankParams) so that tests can compare alternatives side by side.
+type rankParams struct {
+	hop1   float64 // weight of the best one-hop neighbour (NeighbourWeight)
+	hop2   float64 // weight of the best two-hop neighbour
+	thread float64 // weight of the thread's mean own relevance
+	// threadMax bounds the members walked for the thread aggregate.
+	threadMax int
+	k1, b     float64
+	// prf is the weight of the pseudo-relevance feedback query (0 = off):
+	// the prfTerms best terms of the prfDocs best hits' focus.
+	prf               float64
+	prfDocs, prfTerms int
+}
+
+var defaultRankParams = rankParams{hop1: NeighbourWeight, k1: 1.2, b: 0.75}
+
 // recallFieldWeights are the text fields' BM25 weights (store.FieldNames
 // order: focus, issue, intent, motivation, commitment, perspective, mood).
 // What a record is about (focus) weighs most; perspective, which often
@@ -94,7 +111,8 @@ func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time
 // result, but still lend their thread evidence.
 func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit int, asOf time.Time) ([]rankedKey, error) {
 	m := min(max(candidateFactor*limit, minCandidates), MaxRecall)
-	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights}
+	rp := n.rp
+	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights, K1: rp.k1, B: rp.b}
 	hits, err := n.st.Search(ctx, query, so)
 	if err != nil {
 		return nil, fmt.Errorf("search: %w", err)
@@ -163,28 +181,53 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 	// Each seed's thread neighbours, through the one lineage walk over the
 	// store's in-memory lineage (the surfaced records).
 	g := lineage.IndexedView(n.st)
+	depth := 1
+	if rp.hop2 > 0 {
+		depth = 2
+	}
+	maxMembers := 0
+	if rp.thread > 0 {
+		depth, maxMembers = 0, rp.threadMax
+	}
 	adj := make(map[string][]string, len(seeds))
+	adj2 := map[string][]string{}
+	threadOf := map[string][]string{}
 	var unscored []string
 	for _, k := range seeds {
-		th, err := walk.Thread(ctx, g, k, walk.ThreadOptions{MaxDepth: 1, AsOf: &asOf})
+		th, err := walk.Thread(ctx, g, k, walk.ThreadOptions{MaxDepth: depth, MaxMembers: maxMembers, AsOf: &asOf})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			continue // gone since the search: it has no thread to lend
 		}
+		var members []string
 		for _, v := range th {
+			members = append(members, v.Key)
 			if v.Key == k {
 				if _, ok := at[k]; !ok {
 					at[k] = v.CreatedAt.UnixMilli()
 				}
 				continue
 			}
-			adj[k] = append(adj[k], v.Key)
-			adj[v.Key] = append(adj[v.Key], k)
+			switch v.Depth {
+			case 1:
+				adj[k] = append(adj[k], v.Key)
+				adj[v.Key] = append(adj[v.Key], k)
+			case 2:
+				adj2[k] = append(adj2[k], v.Key)
+				adj2[v.Key] = append(adj2[v.Key], k)
+			}
 			if _, ok := at[v.Key]; !ok {
 				at[v.Key] = v.CreatedAt.UnixMilli()
 				unscored = append(unscored, v.Key)
+			}
+		}
+		if rp.thread > 0 {
+			for _, m := range members {
+				if len(members) > len(threadOf[m]) {
+					threadOf[m] = members
+				}
 			}
 		}
 	}
@@ -202,12 +245,22 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 	// other of its neighbours scored below every seed, so leaving it out
 	// changes its evidence by less than the weakest seed's.
 	out := make([]rankedKey, 0, len(at))
+	norm := 1 + rp.hop1 + rp.hop2 + rp.thread
 	for k, t := range at {
-		var nb float64
+		var nb, nb2, th float64
 		for _, o := range adj[k] {
 			nb = max(nb, own[o])
 		}
-		r := (own[k] + NeighbourWeight*nb) / (1 + NeighbourWeight)
+		for _, o := range adj2[k] {
+			nb2 = max(nb2, own[o])
+		}
+		if ms := threadOf[k]; len(ms) > 0 {
+			for _, o := range ms {
+				th += own[o]
+			}
+			th /= float64(len(ms))
+		}
+		r := (own[k] + rp.hop1*nb + rp.hop2*nb2 + rp.thread*th) / norm
 		if r > 0 && !n.Hidden(k) {
 			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
 		}
