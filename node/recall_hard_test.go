@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 //     (facts told indirectly: "we brought her home, she's called Luna" for
 //     "What is the name of X's cat?");
 //   - some over two or three consecutive turns, all of them evidence;
+//   - sometimes echoed by the other speaker's reaction, which is not;
 //   - with a relative time ("yesterday", "last week"), the date being in
 //     the turn's perspective only.
 // Question kinds: single (one event, its answer turns), temporal ("When
@@ -346,6 +349,13 @@ var (
 		"Are you still into {n}? You always seemed so happy doing it.",
 		"Any news on the {n} front?",
 	}
+	// The other speaker's reaction to a fact, echoing its value: not
+	// evidence, but it shares the answer's rarest words.
+	hardEcho = []string{
+		"Wow, {V}! That's so cool, {S}.",
+		"{V}, really? I'm so happy for you!",
+		"Oh I've heard great things about {V}, you have to tell me more.",
+	}
 	hardTimes = []string{"yesterday", "last week", "last weekend", "two days ago", "last Friday", "the other day", "a few weeks ago"}
 )
 
@@ -464,6 +474,9 @@ func newHardDataset(seed uint64, convs, sessions int) *evalDataset {
 						pl.turns = append(pl.turns, say(pl.owner, text))
 					}
 					pl.timeTurn = pl.turns[0]
+					if rng.IntN(10) < 4 {
+						say(1-pl.owner, fill(pick(hardEcho), s, o, pl.value, ""))
+					}
 					speaker = 1 - pl.owner
 				}
 			}
@@ -543,14 +556,15 @@ func (d *evalDataset) fill(ctx context.Context, n *Node, chained bool) (map[stri
 	return byKey, nil
 }
 
-// rankVariant is a named ranking to evaluate.
+// rankVariant is a named ranking to evaluate: the current one, and
+// BM25's usual k1 and b for comparison.
 type rankVariant struct {
 	name string
 	rp   rankParams
 }
 
 var hardVariants = []rankVariant{
-	{"previous", rankParams{hop1: 0.5, k1: 1.2, b: 0.75}},
+	{"bm25-k1.2b.75", rankParams{parent: ParentWeight, child: ChildWeight, k1: 1.2, b: 0.75}},
 	{"current", defaultRankParams},
 }
 
@@ -586,60 +600,68 @@ func evalHard(ctx context.Context, tb testing.TB, d *evalDataset, chained bool, 
 	return out, nil
 }
 
-// BenchmarkRecallEvalHard prints recall@10 on the harder set, overall and
-// by kind, flat and chained, of the old ranking (before #19), the
-// previous one (one-hop neighbour evidence only) and the current one,
-// per seed and averaged over three seeds of ten conversations of 19
-// sessions (~4,300 turns, ~380 questions a seed).
+// BenchmarkRecallEvalHard prints recall@10, overall and by kind, flat and
+// chained, of the old ranking (before #19), the current one and
+// hardVariants' others, per seed and averaged over three seeds: on the
+// harder set (ten conversations of 19 sessions, ~4,600 turns and ~370
+// questions a seed) and on the easy one (recall_eval_test.go), so that a
+// change that helps one and hurts the other shows.
 func BenchmarkRecallEvalHard(b *testing.B) {
 	ctx := context.Background()
 	seeds := []uint64{1, 2, 3}
-	for _, chained := range []bool{false, true} {
-		name := "flat"
-		if chained {
-			name = "chained"
-		}
-		b.Run(name, func(b *testing.B) {
-			avg := map[string]map[string]float64{}
-			for range b.N {
-				clear(avg)
-				for _, seed := range seeds {
-					d := newHardDataset(seed, 10, 19)
-					res, err := evalHard(ctx, b, d, chained, hardVariants)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
-						s := res[v.name]
-						fmt.Printf("%s seed %d (%d turns, %d questions) %-10s recall@10 %.3f %s\n", name, seed, len(d.turns), len(d.questions), v.name, s.recall10, kinds(s.byKind))
-						if avg[v.name] == nil {
-							avg[v.name] = map[string]float64{}
+	for _, set := range []string{"hard", "easy"} {
+		for _, chained := range []bool{false, true} {
+			name := set + "/flat"
+			if chained {
+				name = set + "/chained"
+			}
+			b.Run(name, func(b *testing.B) {
+				avg := map[string]map[string]float64{}
+				for range b.N {
+					clear(avg)
+					for _, seed := range seeds {
+						d := newHardDataset(seed, 10, 19)
+						if set == "easy" {
+							var err error
+							if d, err = newEvalDataset(seed, 10, 12); err != nil {
+								b.Fatal(err)
+							}
 						}
-						avg[v.name]["all"] += s.recall10 / float64(len(seeds))
-						for k, x := range s.byKind {
-							avg[v.name][k] += x / float64(len(seeds))
+						res, err := evalHard(ctx, b, d, chained, hardVariants)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
+							s := res[v.name]
+							fmt.Printf("%s seed %d (%d turns, %d questions) %-10s recall@10 %.3f %s\n", name, seed, len(d.turns), len(d.questions), v.name, s.recall10, kinds(s.byKind))
+							if avg[v.name] == nil {
+								avg[v.name] = map[string]float64{}
+							}
+							avg[v.name]["all"] += s.recall10 / float64(len(seeds))
+							for k, x := range s.byKind {
+								avg[v.name][k] += x / float64(len(seeds))
+							}
 						}
 					}
 				}
-			}
-			for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
-				fmt.Printf("%s mean %-10s recall@10 %.3f %s\n", name, v.name, avg[v.name]["all"], kinds(avg[v.name]))
-			}
-			for k, x := range avg["current"] {
-				b.ReportMetric(x, "recall@10-"+k)
-			}
-			b.ReportMetric(avg["previous"]["all"], "previous-recall@10")
-			b.ReportMetric(avg["old"]["all"], "old-recall@10")
-		})
+				for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
+					fmt.Printf("%s mean %-10s recall@10 %.3f %s\n", name, v.name, avg[v.name]["all"], kinds(avg[v.name]))
+				}
+				for k, x := range avg["current"] {
+					b.ReportMetric(x, "recall@10-"+k)
+				}
+				b.ReportMetric(avg["old"]["all"], "old-recall@10")
+			})
+		}
 	}
 }
 
 // kinds renders figures by kind in a fixed order.
 func kinds(m map[string]float64) string {
 	var sb strings.Builder
-	for _, k := range []string{"single", "multi", "temporal", "open"} {
-		if x, ok := m[k]; ok {
-			fmt.Fprintf(&sb, " %s %.3f", k, x)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k != "all" {
+			fmt.Fprintf(&sb, " %s %.3f", k, m[k])
 		}
 	}
 	return sb.String()
