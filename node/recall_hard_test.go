@@ -12,6 +12,8 @@ import (
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/store"
+
+	"github.com/kljensen/snowball/english"
 )
 
 // The harder evaluation set, shaped like long-term conversational memory
@@ -45,7 +47,7 @@ type hardTopic struct {
 // {V} the value, {T} a relative time.
 type hardFact struct {
 	values []string
-	lead   string   // the other speaker's question-like turn, said before ans most of the time
+	lead   string   // the other speaker's question-like turn ("|" between variants), said before ans most of the time
 	ans    []string // the owner's turns; between two, the other speaker's inter
 	inter  string
 	q      string // single-hop
@@ -62,16 +64,16 @@ var hardTopics = []hardTopic{
 			"I set up a little art corner in the living room so I can paint whenever I want.",
 			"The kids wanted to paint with me, it got messy but we had so much fun.",
 			"Art has always been my way of expressing what I can't say out loud.",
-			"I bought some new brushes and a bigger canvas, I can't wait to try them.",
+			"I bought some new brushes and a bigger canvas {T}, I can't wait to try them.",
 		},
 		facts: []hardFact{
 			{values: []string{"sunset over the lake", "portrait of my grandmother", "field of sunflowers", "horse in the rain"},
-				lead: "Have you painted anything new lately, {S}?",
+				lead: "Have you painted anything new lately, {S}?|What have you been working on in the studio?|Are you still painting every weekend?",
 				ans:  []string{"Yes! I painted a {V} {T}, it took me weeks but I love how the colors came out."},
 				q:    "What did {S} paint recently?", whenQ: "When did {S} paint the {V}?",
 				openQ: "Would {S} enjoy visiting an art museum?", multiQ: "What has {S} painted?"},
 			{values: []string{"Blue Door gallery", "Harbor Arts space", "Maple Street gallery", "Lantern Collective"},
-				lead:  "How's the art stuff going?",
+				lead:  "How's the art stuff going?|Any luck getting people to see your work?",
 				ans:   []string{"{T} I finally got my paintings into a show downtown!", "The {V}, they're hanging three of my pieces until the end of the month."},
 				inter: "No way, {S}! Which place?",
 				q:     "Which gallery is showing {S}'s paintings?", whenQ: "When did {S}'s art get into a show?",
@@ -89,12 +91,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"Yosemite", "Lake Tahoe", "the Redwoods", "Big Sur", "Zion"},
-				lead: "How was the camping trip with the family?",
+				lead: "How was the camping trip with the family?|Did you end up going camping after all?|Where did you take the tent this time?",
 				ans:  []string{"So good, we went camping at {V} {T} and the kids roasted marshmallows by the fire every night."},
 				q:    "Where did {S} go camping with the family?", whenQ: "When did {S} go camping with the family?",
 				openQ: "Does {S} like spending time in nature?", multiQ: "Where has {S} gone camping?"},
 			{values: []string{"Mount Rainier", "Eagle Peak", "Bear Ridge", "Half Dome"},
-				lead: "Did you make it to the top this time?",
+				lead: "Did you make it to the top this time?|How was the big hike?",
 				ans:  []string{"We did! {T} we hiked all the way up {V}, my legs are still sore."},
 				q:    "Which mountain did {S} hike?", whenQ: "When did {S} hike up a mountain?"},
 		},
@@ -102,7 +104,7 @@ var hardTopics = []hardTopic{
 	{ // running
 		nouns: []string{"running", "race", "training", "miles", "shoes", "pace", "marathon", "run"},
 		filler: []string{
-			"I went for a run this morning, my pace is finally getting better.",
+			"I went for a run {T}, my pace is finally getting better.",
 			"My running shoes are falling apart, I really need to get new ones.",
 			"Training has been hard with this weather, but I keep going.",
 			"I love the feeling after a long run, it's like my mind resets.",
@@ -110,12 +112,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"Riverside half marathon", "city 10K", "charity fun run", "trail ultra"},
-				lead: "Did you do the race you were training for?",
+				lead: "Did you do the race you were training for?|How did the race go?|Was all that training worth it?",
 				ans:  []string{"I did! I finished the {V} {T}, my best race so far."},
 				q:    "Which race did {S} run?", whenQ: "When did {S} run the {V} race?",
 				openQ: "Is {S} a competitive athlete?", multiQ: "Which races has {S} run?"},
 			{values: []string{"my new job", "the divorce", "my dad's illness", "the move"},
-				lead: "How do you deal with all the stress these days?",
+				lead: "How do you deal with all the stress these days?|You seem calmer lately, what's your secret?",
 				ans:  []string{"Honestly, running. {T} I realized it's the only thing that helps with the stress from {V}."},
 				q:    "Why has {S} been running so much?", whenQ: "When did {S} realize running helps with stress?",
 				openQ: "What does {S} do to cope?"},
@@ -124,7 +126,7 @@ var hardTopics = []hardTopic{
 	{ // baking and cooking
 		nouns: []string{"baking", "recipe", "kitchen", "cookies", "bread", "oven", "dinner", "cooking"},
 		filler: []string{
-			"I tried a new recipe for dinner, it was okay but the kids didn't love it.",
+			"I tried a new recipe for dinner {T}, it was okay but the kids didn't love it.",
 			"Baking always makes the house smell so cozy.",
 			"Our oven is so old, half the cookies burn and the other half are raw.",
 			"Cooking with my mom on Sundays is one of my favorite things.",
@@ -132,12 +134,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"lemon bars", "banana bread", "apple pie", "cinnamon rolls"},
-				lead: "What did you bake for the party?",
+				lead: "What did you bake for the party?|Did you bring something homemade to the party?|Everyone loved the dessert, what was it?",
 				ans:  []string{"I baked {V} from my grandma's old recipe {T}, everyone asked for seconds."},
 				q:    "What did {S} bake for the party?", whenQ: "When did {S} bake for a party?",
 				multiQ: "What has {S} baked?"},
 			{values: []string{"the community college", "Rosa's Kitchen", "the downtown culinary school"},
-				lead: "Are you still thinking about taking a cooking class?",
+				lead: "Are you still thinking about taking a cooking class?|Did you find a place to learn to cook?",
 				ans:  []string{"Signed up {T}! It's at {V} every Tuesday night."},
 				q:    "Where is {S} taking a cooking class?", whenQ: "When did {S} sign up for a cooking class?",
 				openQ: "Is {S} trying to improve in the kitchen?"},
@@ -148,18 +150,18 @@ var hardTopics = []hardTopic{
 		filler: []string{
 			"The dog woke me up at five again, he always wants his walk early.",
 			"Pets really are family, I can't imagine the house without them.",
-			"We had to buy a new leash, the old one snapped at the park.",
-			"The cat knocked a plant off the shelf this morning, classic.",
+			"We had to buy a new leash {T}, the old one snapped at the park.",
+			"The cat knocked a plant off the shelf {T}, classic.",
 			"I love how excited they get when I come home from work.",
 		},
 		facts: []hardFact{
 			{values: []string{"Luna", "Mochi", "Pepper", "Willow"},
-				lead: "Did you end up adopting that kitten from the shelter?",
+				lead: "Did you end up adopting that kitten from the shelter?|So is there a new cat in your house?|Did the adoption go through?",
 				ans:  []string{"We did! {T} we brought her home, she's called {V} and she already rules the house."},
 				q:    "What is the name of {S}'s cat?", whenQ: "When did {S} adopt a cat?",
 				openQ: "Does {S} like animals?"},
 			{values: []string{"Max", "Buddy", "Rocky", "Cooper"},
-				lead: "Is your dog okay? You seemed worried.",
+				lead: "Is your dog okay? You seemed worried.|How's your pup feeling?",
 				ans:  []string{"He's fine now. {T} I took {V} to the vet, turns out the silly dog just ate something weird on our walk."},
 				q:    "What is the name of {S}'s dog?", whenQ: "When did {S} take the dog to the vet?"},
 		},
@@ -175,12 +177,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"science fair", "spelling bee", "chess tournament", "art contest"},
-				lead: "How's your son doing at school?",
+				lead: "How's your son doing at school?|How are the kids doing with school this year?",
 				ans:  []string{"My son won first place in the {V} {T}, he was so proud."},
 				q:    "What did {S}'s son win?", whenQ: "When did {S}'s son win first place?",
 				openQ: "Is {S} proud of their children?"},
 			{values: []string{"the aquarium", "the zoo", "the science museum", "a water park"},
-				lead: "Did you do anything fun with the kids?",
+				lead: "Did you do anything fun with the kids?|What did you and the kids get up to?|Any family outings lately?",
 				ans:  []string{"{T} we took the kids to {V}, they haven't stopped talking about it."},
 				q:    "Where did {S} take the kids?", whenQ: "When did {S} take the kids to {V}?",
 				openQ: "What activities does {S} do with family?", multiQ: "What places has {S} taken the kids to?"},
@@ -191,18 +193,18 @@ var hardTopics = []hardTopic{
 		filler: []string{
 			"I've had the same song stuck in my head all week.",
 			"Music gets me through the long drives to work.",
-			"I made a new playlist for the weekend, I'll send it to you.",
+			"I made a new playlist {T}, I'll send it to you.",
 			"My lessons are going slowly but I practice every night.",
 			"There's nothing like live music, the energy is amazing.",
 		},
 		facts: []hardFact{
 			{values: []string{"guitar", "piano", "violin", "drums"},
-				lead: "Are you still taking lessons?",
+				lead: "Are you still taking lessons?|How's the practicing going?",
 				ans:  []string{"Yep, {T} I played my first full song on the {V} without stopping!"},
 				q:    "What instrument does {S} play?", whenQ: "When did {S} first play a full song?",
 				openQ: "Is {S} musical?"},
 			{values: []string{"Taylor Swift", "Coldplay", "the local jazz band", "Matt Patterson"},
-				lead: "Did you go to that concert you were excited about?",
+				lead: "Did you go to that concert you were excited about?|Did you get tickets in the end?|How was the show?",
 				ans:  []string{"Yes, we saw {V} live {T}, best concert I've been to in ages."},
 				q:    "Who did {S} see in concert?", whenQ: "When did {S} go to a concert?",
 				multiQ: "Which concerts has {S} been to?"},
@@ -215,16 +217,16 @@ var hardTopics = []hardTopic{
 			"My boss finally noticed how hard our team has been working.",
 			"I've been thinking about where I want my career to go.",
 			"The office is so quiet on Fridays, I kind of like it.",
-			"I had another interview, fingers crossed this time.",
+			"I had another interview {T}, fingers crossed this time.",
 		},
 		facts: []hardFact{
 			{values: []string{"graphic designer", "school counselor", "project manager", "physical therapist"},
-				lead: "Any news on the job front?",
+				lead: "Any news on the job front?|Did you hear back after the interview?",
 				ans:  []string{"I got the offer! {T} I accepted a position as a {V}, I start next month."},
 				q:    "What job did {S} accept?", whenQ: "When did {S} accept the new position?",
 				openQ: "Is {S} changing careers?"},
 			{values: []string{"Henderson", "Brightway", "Northstar", "Calloway"},
-				lead: "How are things at the office?",
+				lead: "How are things at the office?|Is work any better?",
 				ans:  []string{"Pretty tense. {T} we lost the {V} account and everyone is on edge."},
 				q:    "What account did {S}'s team lose?", whenQ: "When did {S}'s team lose an account?"},
 		},
@@ -240,7 +242,7 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"Rome", "Tokyo", "Costa Rica", "Iceland", "Lisbon"},
-				lead: "How was your trip?",
+				lead: "How was your trip?|Welcome back! Where did you end up going?|How was the vacation?",
 				ans:  []string{"Amazing, we got back from {V} {T}, best trip we've taken, the food alone was worth it."},
 				q:    "Where did {S} go on a trip?", whenQ: "When did {S} get back from {V}?",
 				openQ: "Does {S} enjoy exploring other cultures?", multiQ: "Where has {S} gone on trips?"},
@@ -257,12 +259,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"food bank", "animal shelter", "youth center", "homeless shelter"},
-				lead: "Are you still volunteering?",
+				lead: "Are you still volunteering?|Are you still helping out on Saturdays?",
 				ans:  []string{"Yes, I volunteer every Saturday at the {V}, {T} we served over a hundred meals."},
 				q:    "Where does {S} volunteer?", whenQ: "When did {S} serve over a hundred meals?",
 				openQ: "Is {S} involved in helping others?"},
 			{values: []string{"the LGBTQ center", "the grief circle", "the library group"},
-				lead:  "You mentioned you were nervous about something new?",
+				lead:  "You mentioned you were nervous about something new?|Did you go to that meeting you told me about?",
 				ans:   []string{"{T} I went to my first support group meeting.", "Scary at first, but the people at {V} were so welcoming, I'm going back."},
 				inter: "How did it feel, {S}?",
 				q:     "Where did {S} attend a support group?", whenQ: "When did {S} go to a support group for the first time?",
@@ -273,14 +275,14 @@ var hardTopics = []hardTopic{
 		nouns: []string{"garden", "plants", "flowers", "yard", "seeds", "soil", "vegetables", "backyard"},
 		filler: []string{
 			"The garden is finally coming back to life after the winter.",
-			"I spent the whole morning pulling weeds in the yard.",
+			"I spent the whole morning pulling weeds in the yard {T}.",
 			"My plants are not happy with this heat at all.",
 			"I want to grow more vegetables this year, it saves so much money.",
 			"There's something calming about having your hands in the soil.",
 		},
 		facts: []hardFact{
 			{values: []string{"tomatoes and basil", "sunflowers", "a lemon tree", "roses"},
-				lead: "What are you growing this year?",
+				lead: "What are you growing this year?|How's the garden doing?|Did you get anything in the ground yet?",
 				ans:  []string{"{T} I planted {V} out back, fingers crossed they survive."},
 				q:    "What did {S} plant in the garden?", whenQ: "When did {S} plant {V} in the garden?",
 				multiQ: "What has {S} planted?"},
@@ -297,12 +299,12 @@ var hardTopics = []hardTopic{
 		},
 		facts: []hardFact{
 			{values: []string{"Becoming", "The Night Circus", "Educated", "Where the Crawdads Sing"},
-				lead: "Read anything good lately?",
+				lead: "Read anything good lately?|What are you reading these days?|Any book recommendations?",
 				ans:  []string{"I just finished reading {V}, I read the last half {T}, I couldn't put it down."},
 				q:    "What book did {S} finish?", whenQ: "When did {S} finish a book?",
 				multiQ: "What books has {S} read?"},
 			{values: []string{"memoir", "children's book", "blog about my journey", "poetry collection"},
-				lead: "Have you been doing any writing?",
+				lead: "Have you been doing any writing?|Are you still journaling?",
 				ans:  []string{"{T} I started writing a {V}, just a few pages every night before bed."},
 				q:    "What is {S} writing?", whenQ: "When did {S} start writing?",
 				openQ: "Would {S} consider a career as an author?"},
@@ -356,7 +358,9 @@ var (
 		"{V}, really? I'm so happy for you!",
 		"Oh I've heard great things about {V}, you have to tell me more.",
 	}
-	hardTimes = []string{"yesterday", "last week", "last weekend", "two days ago", "last Friday", "the other day", "a few weeks ago"}
+	hardVocative = []string{"Hey {S}!", "So {S},", "{S}, quick question.", "Oh {S},"}
+	hardOpeners  = []string{"", "", "", "Oh, and ", "Honestly, ", "Haha, ", "Also, ", "By the way, ", "You know, "}
+	hardTimes    = []string{"yesterday", "last week", "last weekend", "two days ago", "last Friday", "the other day", "a few weeks ago"}
 )
 
 // newHardDataset generates convs conversations of sessions sessions each.
@@ -441,7 +445,7 @@ func newHardDataset(seed uint64, convs, sessions int) *evalDataset {
 					case r < 4:
 						parts = append(parts, fill(pick(hardGeneric), s, o, "", ""))
 					case r < 7:
-						parts = append(parts, fill(pick(hardTopics[pick3(rng, topics[who])].filler), s, o, "", ""))
+						parts = append(parts, withOpener(pick(hardOpeners), fill(pick(hardTopics[pick3(rng, topics[who])].filler), s, o, "", "")))
 					case r < 9:
 						tp := hardTopics[pick3(rng, topics[who])]
 						parts = append(parts, fill(pick(hardAbout), s, o, "", pick(tp.nouns)))
@@ -461,13 +465,24 @@ func newHardDataset(seed uint64, convs, sessions int) *evalDataset {
 					f := pl.fact
 					s, o := names[pl.owner], names[1-pl.owner]
 					if pl.lead {
-						say(1-pl.owner, fill(f.lead, s, o, pl.value, ""))
+						text := fill(pick(strings.Split(f.lead, "|")), s, o, pl.value, "")
+						switch rng.IntN(6) {
+						case 0, 1:
+							text = fill(pick(hardGeneric), o, s, "", "") + " " + text
+						case 2, 3:
+							// People address each other by name.
+							text = withOpener(fill(pick(hardVocative), s, o, "", "")+" ", text)
+						}
+						say(1-pl.owner, text)
 					}
 					for j, a := range f.ans {
 						if j > 0 {
 							say(1-pl.owner, fill(f.inter, s, o, pl.value, ""))
 						}
 						text := fill(a, s, o, pl.value, "")
+						if rng.IntN(4) == 0 {
+							text = withOpener(pick(hardOpeners), text)
+						}
 						if rng.IntN(2) == 0 {
 							text += " " + fill(pick(hardGeneric), s, o, "", "")
 						}
@@ -482,6 +497,7 @@ func newHardDataset(seed uint64, convs, sessions int) *evalDataset {
 			}
 		}
 		// Questions: one per kind and fact (multi: per group).
+		first := len(d.questions)
 		byGroup := map[int][]int{}
 		for i := range plants {
 			byGroup[plants[i].group] = append(byGroup[plants[i].group], i)
@@ -512,8 +528,46 @@ func newHardDataset(seed uint64, convs, sessions int) *evalDataset {
 				d.questions = append(d.questions, evalQuestion{kind: "temporal", text: fill(f.whenQ, s, o, pl.value, ""), evidence: []int{pl.timeTurn}})
 			}
 		}
+		for i := first; i < len(d.questions); i++ {
+			q := &d.questions[i]
+			q.indirect = indirect(q.text, d.turns, q.evidence, names)
+		}
 	}
 	return d
+}
+
+// withOpener puts opener before text, lower-casing text's first letter unless
+// it starts with "I".
+func withOpener(opener, text string) string {
+	if opener == "" || text == "" || text[0] == 'I' && (len(text) == 1 || text[1] == ' ' || text[1] == '\'') {
+		return opener + text
+	}
+	return opener + strings.ToLower(text[:1]) + text[1:]
+}
+
+// indirect reports whether no turn of ev shares a stem with question
+// other than stop words' and the speakers' names.
+func indirect(question string, turns []evalTurn, ev []int, names [2]string) bool {
+	skip := map[string]bool{}
+	for _, n := range names {
+		skip[english.Stem(strings.ToLower(n), true)] = true
+	}
+	qs := map[string]bool{}
+	for _, w := range store.Tokenize(question) {
+		if !english.IsStopWord(w) {
+			if st := english.Stem(w, true); !skip[st] {
+				qs[st] = true
+			}
+		}
+	}
+	for _, e := range ev {
+		for _, w := range store.Tokenize(turns[e].text) {
+			if !english.IsStopWord(w) && qs[english.Stem(w, true)] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func pick3(rng *mrand.Rand, s []int) int { return s[rng.IntN(len(s))] }
@@ -603,7 +657,7 @@ func evalHard(ctx context.Context, tb testing.TB, d *evalDataset, chained bool, 
 // BenchmarkRecallEvalHard prints recall@10, overall and by kind, flat and
 // chained, of the old ranking (before #19), the current one and
 // hardVariants' others, per seed and averaged over three seeds: on the
-// harder set (ten conversations of 19 sessions, ~4,600 turns and ~370
+// harder set (ten conversations of 19 sessions, ~4,700 turns and ~370
 // questions a seed) and on the easy one (recall_eval_test.go), so that a
 // change that helps one and hurts the other shows.
 func BenchmarkRecallEvalHard(b *testing.B) {
@@ -669,28 +723,29 @@ func kinds(m map[string]float64) string {
 
 // TestRecallEvalHardBeatsOldRanking holds the current ranking above the
 // old one on a seed of the harder set that BenchmarkRecallEvalHard does
-// not print, flat and chained, and chained above flat: on this set the
-// thread is what finds a reply whose question holds the query's words.
+// not print, flat and chained, and, chained, above the same ranking
+// without thread evidence: there the thread is what finds a reply whose
+// question holds the query's words.
 func TestRecallEvalHardBeatsOldRanking(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores a few thousand records")
 	}
 	ctx := context.Background()
-	d := newHardDataset(4, 6, 19)
-	var cur [2]float64
-	for i, chained := range []bool{false, true} {
-		res, err := evalHard(ctx, t, d, chained, hardVariants)
+	d := newHardDataset(4, 10, 19)
+	alone := defaultRankParams
+	alone.parent, alone.child = 0, 0
+	for _, chained := range []bool{false, true} {
+		res, err := evalHard(ctx, t, d, chained, []rankVariant{{"current", defaultRankParams}, {"alone", alone}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		old, got := res["old"], res["current"]
-		t.Logf("chained=%t: recall@10 old %.3f current %.3f (%s)", chained, old.recall10, got.recall10, kinds(got.byKind))
+		old, got, al := res["old"], res["current"], res["alone"]
+		t.Logf("chained=%t: recall@10 old %.3f current %.3f without thread %.3f (%s)", chained, old.recall10, got.recall10, al.recall10, kinds(got.byKind))
 		if got.recall10 < old.recall10+0.1 {
 			t.Errorf("chained=%t: current recall@10 %.3f vs old %.3f", chained, got.recall10, old.recall10)
 		}
-		cur[i] = got.recall10
-	}
-	if cur[1] < cur[0]+0.02 {
-		t.Errorf("chained recall@10 %.3f vs flat %.3f: lineage is not lending evidence", cur[1], cur[0])
+		if chained && got.recall10 < al.recall10+0.02 {
+			t.Errorf("chained: recall@10 %.3f vs %.3f without thread evidence: lineage is not lending evidence", got.recall10, al.recall10)
+		}
 	}
 }
