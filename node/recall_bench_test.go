@@ -14,29 +14,42 @@ import (
 // BenchmarkRecall is the latency of node.Recall (the socket's recall path,
 // limit 10) at 10,000 and 100,000 stored CMBs: conversation turns from the
 // evaluation's generator, chained by lineage as an agent records them, so
-// that every hit's thread is walked. The store is filled through PutMany
-// with signed records, which builds 100,000 in seconds; the questions are
-// the evaluation's, cycled.
+// that every hit's thread is walked; and at 100,000 turns of the harder
+// set's generator (recall_hard_test.go), which are longer and share more
+// words. The store is filled through PutMany with signed records, which
+// builds 100,000 in seconds; the questions are the evaluation's, cycled.
+// Beside the percentiles of wall time it reports the process CPU per
+// recall, which a loaded machine disturbs less.
 func BenchmarkRecall(b *testing.B) {
-	for _, size := range []int{10_000, 100_000} {
+	for _, c := range []struct {
+		set  string
+		size int
+	}{{"", 10_000}, {"", 100_000}, {"hard/", 100_000}} {
 		// Filled once, outside the measured runs: b.Run calls its
 		// function again for every b.N it tries.
 		ctx := context.Background()
 		n := openEvalNode(b)
-		// ~200 turns per conversation of 12 sessions.
-		d, err := newEvalDataset(uint64(size), size/190+1, 12)
-		if err != nil {
-			b.Fatal(err)
+		var d *evalDataset
+		if c.set == "hard/" {
+			// ~470 turns per conversation of 19 sessions.
+			d = newHardDataset(uint64(c.size), c.size/450+1, 19)
+		} else {
+			// ~200 turns per conversation of 12 sessions.
+			var err error
+			if d, err = newEvalDataset(uint64(c.size), c.size/190+1, 12); err != nil {
+				b.Fatal(err)
+			}
 		}
-		turns := d.turns[:min(len(d.turns), size)]
-		if len(turns) < size {
-			b.Fatalf("generated %d turns, want %d", len(turns), size)
+		turns := d.turns[:min(len(d.turns), c.size)]
+		if len(turns) < c.size {
+			b.Fatalf("generated %d turns, want %d", len(turns), c.size)
 		}
 		if err := fillChained(ctx, n, turns); err != nil {
 			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("cmbs=%d", size), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%scmbs=%d", c.set, c.size), func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
+			cpu0 := cpuTime()
 			for i := range b.N {
 				q := d.questions[i%len(d.questions)]
 				t := time.Now()
@@ -46,6 +59,7 @@ func BenchmarkRecall(b *testing.B) {
 				lat = append(lat, time.Since(t))
 			}
 			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 			slices.Sort(lat)
 			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
 			b.ReportMetric(pct(0.50), "p50-ms")
