@@ -44,7 +44,7 @@ func BenchmarkRecall(b *testing.B) {
 		if len(turns) < c.size {
 			b.Fatalf("generated %d turns, want %d", len(turns), c.size)
 		}
-		if err := fillChained(ctx, n, turns); err != nil {
+		if _, err := fillTurns(ctx, n, turns, true); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("%scmbs=%d", c.set, c.size), func(b *testing.B) {
@@ -69,38 +69,40 @@ func BenchmarkRecall(b *testing.B) {
 	}
 }
 
-// fillChained stores turns as this node's signed records, each the child
-// of the previous turn of its session, a thousand to a PutMany.
-func fillChained(ctx context.Context, n *Node, turns []evalTurn) error {
+// fillTurns stores turns as this node's signed records, each the child
+// of the previous turn of its session if chained, a thousand to a
+// PutMany, and returns their keys. The text index and lineage are what
+// node.Remember would build; PutMany only makes filling fast.
+func fillTurns(ctx context.Context, n *Node, turns []evalTurn, chained bool) ([]string, error) {
 	const batch = 1000
 	base := time.Now().Add(-time.Hour).UnixMilli()
-	prev := ""
+	keys := make([]string, 0, len(turns))
 	items := make([]store.Item, 0, batch)
 	for i, t := range turns {
 		dr := cmb.Draft{Fields: evalFields(t), Group: n.group, CreatedBy: n.id.NodeID, CreatedAt: base + int64(i)}
-		if i > 0 && turns[i-1].session == t.session {
-			dr.Parents = []string{prev}
+		if chained && i > 0 && turns[i-1].session == t.session {
+			dr.Parents = []string{keys[i-1]}
 		}
 		rec, err := cmb.Build(dr, n.id.Ed25519)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("turn %d: %w", i, err)
 		}
-		prev = rec.Key
+		keys = append(keys, rec.Key)
 		items = append(items, store.Item{Entry: entryOf(rec), Meta: store.Meta{Source: SourceLocal, Verified: true}})
 		if len(items) == batch || i == len(turns)-1 {
 			res, err := n.st.PutMany(ctx, items)
 			if err != nil {
-				return err
+				return nil, fmt.Errorf("put: %w", err)
 			}
 			for _, r := range res {
 				if r.Err != nil {
-					return r.Err
+					return nil, fmt.Errorf("put: %w", r.Err)
 				}
 			}
 			items = items[:0]
 		}
 	}
-	return nil
+	return keys, nil
 }
 
 // BenchmarkRememberCPU is the process CPU per CMB stored through

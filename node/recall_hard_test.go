@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/store"
 
 	"github.com/kljensen/snowball/english"
@@ -572,40 +571,16 @@ func indirect(question string, turns []evalTurn, ev []int, names [2]string) bool
 
 func pick3(rng *mrand.Rand, s []int) int { return s[rng.IntN(len(s))] }
 
-// fill stores the data set's turns in n through PutMany, as this node's
-// signed records, each the child of the previous turn of its session if
-// chained, and returns each turn's key. The text index and lineage are
-// what node.Remember would build; PutMany only makes filling fast.
+// fill stores the data set's turns in n (fillTurns) and returns each
+// turn's index by key.
 func (d *evalDataset) fill(ctx context.Context, n *Node, chained bool) (map[string]int, error) {
-	const batch = 1000
-	base := time.Now().Add(-time.Hour).UnixMilli()
-	byKey := make(map[string]int, len(d.turns))
-	prev := ""
-	items := make([]store.Item, 0, batch)
-	for i, t := range d.turns {
-		dr := cmb.Draft{Fields: evalFields(t), Group: n.group, CreatedBy: n.id.NodeID, CreatedAt: base + int64(i)}
-		if chained && i > 0 && d.turns[i-1].session == t.session {
-			dr.Parents = []string{prev}
-		}
-		rec, err := cmb.Build(dr, n.id.Ed25519)
-		if err != nil {
-			return nil, fmt.Errorf("turn %d: %w", i, err)
-		}
-		prev = rec.Key
-		byKey[rec.Key] = i
-		items = append(items, store.Item{Entry: entryOf(rec), Meta: store.Meta{Source: SourceLocal, Verified: true}})
-		if len(items) == batch || i == len(d.turns)-1 {
-			res, err := n.st.PutMany(ctx, items)
-			if err != nil {
-				return nil, fmt.Errorf("put: %w", err)
-			}
-			for _, r := range res {
-				if r.Err != nil {
-					return nil, fmt.Errorf("put: %w", r.Err)
-				}
-			}
-			items = items[:0]
-		}
+	keys, err := fillTurns(ctx, n, d.turns, chained)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]int, len(keys))
+	for i, k := range keys {
+		byKey[k] = i
 	}
 	return byKey, nil
 }
