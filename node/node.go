@@ -224,6 +224,7 @@ type Node struct {
 	allowUnsigned bool
 	version       string
 	retriever     Retriever
+	rp            rankParams // rank.go
 	adm           *admission
 	dense         *denseIndex // nil without an encoder
 	names         *nameIndex
@@ -271,7 +272,7 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{accepted: accepted,
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
-		retriever: opts.Retriever, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
+		retriever: opts.Retriever, rp: defaultRankParams, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()

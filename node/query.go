@@ -43,8 +43,8 @@ type RecallHit struct {
 	Group     string     `json:"group"`
 	Fields    FieldsJSON `json:"fields"`
 	// Score is in [0,1]: RecallRelevanceShare of the hit's relevance
-	// (rank.go: its own text relevance with its best lineage
-	// neighbour's) plus the rest of its recency. docs/recall.md says what
+	// (rank.go: its own text relevance with its best lineage parent's
+	// and child's) plus the rest of its recency. docs/recall.md says what
 	// the figures mean.
 	Score float64 `json:"score"`
 }

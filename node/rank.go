@@ -18,19 +18,22 @@ import (
 //   - its own: store.Hit.Relevance, BM25 over its fields on the fixed scale
 //     the store defines (or, where a Retriever is configured, the larger of
 //     that and the Retriever's similarity);
-//   - its thread's: the best own relevance among its lineage neighbours,
-//     the records one hop away in walk.Thread (its parents and its
-//     children), the same thread the CGP episode frame tells. A
-//     conversation recorded turn by turn chains each turn to the one
-//     before, so the turn that holds an answer is found through the turn
-//     that asked the question, even when it shares no word with the query.
+//   - its thread's: the best own relevance among its parents and, apart,
+//     among its children, the records one hop away in walk.Thread, the
+//     same thread the CGP episode frame tells. A conversation recorded
+//     turn by turn chains each turn to the one before, so the turn that
+//     holds an answer is found through the turn that asked the question,
+//     even when it shares no word with the query. A parent is what a
+//     record responds to, so it lends more than a child, which responds
+//     to the record (and, in conversation, often only echoes it).
 //
-// relevance = (own + NeighbourWeight·neighbour) / (1 + NeighbourWeight),
-// so it stays in [0,1] and ranks as own + NeighbourWeight·neighbour.
+// relevance = (own + ParentWeight·parent + ChildWeight·child) /
+// (1 + ParentWeight + ChildWeight), so it stays in [0,1].
 const (
-	// NeighbourWeight is how much of its best lineage neighbour's
-	// relevance a record takes.
-	NeighbourWeight = 0.5
+	// ParentWeight is how much of its best parent's relevance a record
+	// takes; ChildWeight, of its best child's.
+	ParentWeight = 0.5
+	ChildWeight  = 0.25
 	// RecallRelevanceShare is relevance's share of a recall score; the
 	// rest is recency, 2^(−age/recallHalfLife): enough to order equally
 	// relevant records newest first, too little to lift an irrelevant one.
@@ -42,6 +45,21 @@ const (
 	candidateFactor = 3
 	minCandidates   = 30
 )
+
+// rankParams are the ranking's settings. A Node holds its own
+// (defaultRankParams) so that the evaluation can compare alternatives on
+// one filled store.
+type rankParams struct {
+	parent, child float64 // ParentWeight, ChildWeight
+	k1, b         float64 // BM25's, for SearchOptions
+}
+
+// defaultRankParams: k1 0.9 and b 0.4 rather than BM25's usual 1.2 and
+// 0.75, because a record here is a short turn of a conversation or a
+// note, whose length says little about how much of it is on topic: full
+// length normalisation penalises the turn that says a thing at some
+// length in favour of a short one that only names it.
+var defaultRankParams = rankParams{parent: ParentWeight, child: ChildWeight, k1: 0.9, b: 0.4}
 
 // recallFieldWeights are the text fields' BM25 weights (store.FieldNames
 // order: focus, issue, intent, motivation, commitment, perspective, mood).
@@ -94,7 +112,8 @@ func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time
 // result, but still lend their thread evidence.
 func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit int, asOf time.Time) ([]rankedKey, error) {
 	m := min(max(candidateFactor*limit, minCandidates), MaxRecall)
-	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights}
+	rp := n.rp
+	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights, K1: rp.k1, B: rp.b}
 	hits, err := n.st.Search(ctx, query, so)
 	if err != nil {
 		return nil, fmt.Errorf("search: %w", err)
@@ -161,9 +180,11 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 	}
 
 	// Each seed's thread neighbours, through the one lineage walk over the
-	// store's in-memory lineage (the surfaced records).
+	// store's in-memory lineage (the surfaced records), told apart into
+	// its parents and its children.
 	g := lineage.IndexedView(n.st)
-	adj := make(map[string][]string, len(seeds))
+	parentsOf := make(map[string][]string, len(seeds))
+	childrenOf := make(map[string][]string, len(seeds))
 	var unscored []string
 	for _, k := range seeds {
 		th, err := walk.Thread(ctx, g, k, walk.ThreadOptions{MaxDepth: 1, AsOf: &asOf})
@@ -173,6 +194,16 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 			}
 			continue // gone since the search: it has no thread to lend
 		}
+		var parents []string
+		if len(th) > 1 {
+			vx, ok, err := g.Vertex(ctx, k)
+			if err != nil {
+				return nil, fmt.Errorf("lineage of %s: %w", k, err)
+			}
+			if ok {
+				parents = vx.Parents
+			}
+		}
 		for _, v := range th {
 			if v.Key == k {
 				if _, ok := at[k]; !ok {
@@ -180,8 +211,13 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 				}
 				continue
 			}
-			adj[k] = append(adj[k], v.Key)
-			adj[v.Key] = append(adj[v.Key], k)
+			if slices.Contains(parents, v.Key) {
+				parentsOf[k] = append(parentsOf[k], v.Key)
+				childrenOf[v.Key] = append(childrenOf[v.Key], k)
+			} else {
+				childrenOf[k] = append(childrenOf[k], v.Key)
+				parentsOf[v.Key] = append(parentsOf[v.Key], k)
+			}
 			if _, ok := at[v.Key]; !ok {
 				at[v.Key] = v.CreatedAt.UnixMilli()
 				unscored = append(unscored, v.Key)
@@ -202,12 +238,14 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 	// other of its neighbours scored below every seed, so leaving it out
 	// changes its evidence by less than the weakest seed's.
 	out := make([]rankedKey, 0, len(at))
-	for k, t := range at {
-		var nb float64
-		for _, o := range adj[k] {
-			nb = max(nb, own[o])
+	best := func(keys []string) (b float64) {
+		for _, o := range keys {
+			b = max(b, own[o])
 		}
-		r := (own[k] + NeighbourWeight*nb) / (1 + NeighbourWeight)
+		return b
+	}
+	for k, t := range at {
+		r := (own[k] + rp.parent*best(parentsOf[k]) + rp.child*best(childrenOf[k])) / (1 + rp.parent + rp.child)
 		if r > 0 && !n.Hidden(k) {
 			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
 		}

@@ -20,7 +20,8 @@ import (
 type TextHit struct {
 	Key string
 	// Relevance is in [0,1], on the fixed scale of Recall's (rank.go): the
-	// record's own text relevance with its best lineage neighbour's.
+	// record's own text relevance with its best lineage parent's and
+	// child's.
 	Relevance float64
 	CreatedAt time.Time
 }

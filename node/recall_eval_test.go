@@ -126,6 +126,10 @@ type evalQuestion struct {
 	kind     string // lexical, paraphrase, date, multi
 	text     string
 	evidence []int // turn indexes
+	// indirect: no evidence turn shares a word with the question but
+	// stop words and the speakers' names (a reply found, if at all,
+	// through the turn it replies to). Scored also as kind "indirect".
+	indirect bool
 }
 
 type evalDataset struct {
@@ -314,6 +318,10 @@ func (d *evalDataset) score(rankOf func(q evalQuestion) ([]int, error)) (evalSco
 		s.mrr += rr
 		s.byKind[q.kind] += float64(found10) / n
 		count[q.kind]++
+		if q.indirect {
+			s.byKind["indirect"] += float64(found10) / n
+			count["indirect"]++
+		}
 	}
 	nq := float64(len(d.questions))
 	s.recall5, s.recall10, s.mrr = s.recall5/nq, s.recall10/nq, s.mrr/nq
