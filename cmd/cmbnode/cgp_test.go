@@ -34,6 +34,24 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startCGPHTTPDaemon starts a daemon serving CGP over HTTP on a free
+// loopback address, and returns it with the address. A port found free can
+// be taken by another test's process before the daemon binds it; the
+// daemon then exits at start, and another port is tried.
+func startCGPHTTPDaemon(t *testing.T, home string, args ...string) (*daemonProc, string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		addr := freeAddr(t)
+		d, err := spawnDaemon(t, home, append([]string{"--cgp-http", addr}, args...)...)
+		if err == nil {
+			return d, addr
+		}
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
 var cgpTopics = []string{"parser rollout", "latency budget", "schema migration", "incident review", "release notes", "cache eviction", "index rebuild"}
 
 // seedDaemon remembers n records over the socket, every third one a remix
@@ -89,8 +107,7 @@ func assertConformant(t *testing.T, rep cgptest.Report, mayskip ...string) {
 // 220 CMBs with remix threads, and the daemon's HTTP binding.
 func TestCGPConformance(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	addr := freeAddr(t)
-	d := startDaemon(t, home, "--no-mdns", "--cgp-http", addr)
+	d, addr := startCGPHTTPDaemon(t, home, "--no-mdns")
 	seedDaemon(t, d.sock, 220)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -211,8 +228,7 @@ func postCGP(t *testing.T, addr string, header map[string]string) (int, http.Hea
 // never reaches the logs, even at debug.
 func TestCGPHTTPDaemonRequiresToken(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	addr := freeAddr(t)
-	d := startDaemon(t, home, "--cgp-http", addr, "--log-level", "debug")
+	d, addr := startCGPHTTPDaemon(t, home, "--log-level", "debug")
 	path := filepath.Join(home, "cgp-http.token")
 	fi, err := os.Stat(path)
 	if err != nil || fi.Mode().Perm() != 0o600 {
@@ -276,8 +292,7 @@ func TestCGPHTTPDaemonUsesConfiguredToken(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte("cgp_http_token = \""+tok+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	startDaemon(t, home, "--cgp-http", addr)
+	_, addr := startCGPHTTPDaemon(t, home)
 	if st, _, body := postCGP(t, addr, map[string]string{"Authorization": "Bearer " + tok}); st != http.StatusOK || !strings.Contains(body, `"handshake_ack"`) {
 		t.Fatalf("configured token: %d %s", st, body)
 	}
