@@ -88,7 +88,12 @@ type admission struct {
 	timeout         time.Duration
 	hashed          embed.Hashed
 
-	vecs anchorVectors // hashed vectors of anchors, by key
+	vecs anchorVectors // hashed counts of anchors, by key
+	// scratches ([]int32 of the kernel's Dim) and slabs ([]float64) are
+	// judge's working memory, recycled: a judgement's vectors are about
+	// 300 KB (eleven records of seven 512-dimension fields), and Evaluate
+	// keeps none of them.
+	scratches, slabs sync.Pool
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -271,12 +276,13 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	anchors := make([]svaf.Anchor, 0, len(kts))
-	// An anchor whose hashed vectors are cached needs no read: its texts
-	// only ever make those vectors.
+	// An anchor whose hashed counts are cached needs no read: its texts
+	// only ever make those counts.
 	anchorTexts := make([]map[string]string, 0, len(kts))
-	cached := make([]svaf.Vectors, 0, len(kts))
+	cached := make([]hashedRecord, 0, len(kts))
+	hit := make([]bool, 0, len(kts))
 	for _, kt := range kts {
-		v, ok := n.adm.vecs.get(kt.Key)
+		hr, ok := n.adm.vecs.get(kt.Key)
 		var at map[string]string
 		if !ok {
 			r, err := n.st.GetLineage(ctx, kt.Key)
@@ -289,21 +295,32 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 			at = fieldTexts(r.Texts)
 		}
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
-		anchorTexts, cached = append(anchorTexts, at), append(cached, v)
+		anchorTexts, cached, hit = append(anchorTexts, at), append(cached, hr), append(hit, ok)
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
 		kernel = n.adm.hashed.Kernel().ID
-		in = hashedVectors(n.adm.hashed, texts)
+		dim := n.adm.hashed.Dim
+		scratch := n.adm.scratch(dim)
+		hin := hashFields(n.adm.hashed, texts, *scratch)
 		// The record is the next one's newest anchor, most likely.
-		n.adm.vecs.put(rec.Key, in)
+		n.adm.vecs.put(rec.Key, hin)
+		nvec := len(hin)
 		for i := range anchors {
-			v := cached[i]
-			if v == nil {
-				v = hashedVectors(n.adm.hashed, anchorTexts[i])
-				n.adm.vecs.put(anchors[i].Key, v)
+			if !hit[i] {
+				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], *scratch)
+				n.adm.vecs.put(anchors[i].Key, cached[i])
 			}
-			anchors[i].Vectors = v
+			nvec += len(cached[i])
+		}
+		n.adm.scratches.Put(scratch)
+		slab := n.adm.slab(nvec * dim)
+		defer n.adm.slabs.Put(slab)
+		in = hin.vectors(*slab, dim)
+		off := len(hin) * dim
+		for i := range anchors {
+			anchors[i].Vectors = cached[i].vectors((*slab)[off:], dim)
+			off += len(cached[i]) * dim
 		}
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.
@@ -323,19 +340,25 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	return out, annexes, nil
 }
 
-func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }
-
-func hashedVectors(h embed.Hashed, texts map[string]string) svaf.Vectors {
-	out := make(svaf.Vectors, len(texts))
-	for f, t := range texts {
-		v := h.Vector(t)
-		if embed.Dot(v, v) == 0 {
-			continue // no word: nothing to compare
-		}
-		out[f] = to64(v)
+// scratch is a zeroed-or-not counting buffer of dim, for hashFields.
+func (a *admission) scratch(dim int) *[]int32 {
+	if p, ok := a.scratches.Get().(*[]int32); ok && len(*p) == dim {
+		return p
 	}
-	return out
+	b := make([]int32, dim)
+	return &b
 }
+
+// slab is a buffer of at least n float64s, for hashedRecord.vectors.
+func (a *admission) slab(n int) *[]float64 {
+	if p, ok := a.slabs.Get().(*[]float64); ok && len(*p) >= n {
+		return p
+	}
+	b := make([]float64, n)
+	return &b
+}
+
+func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }
 
 func to64(v []float32) []float64 {
 	out := make([]float64, len(v))

@@ -1,37 +1,121 @@
 package node
 
 import (
+	"math"
 	"sync"
 
+	"github.com/cmbnode/cmbnode/node/embed"
 	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
-// anchorVectors caches the hashed-kernel vectors of anchors by key. A key
-// names its record's texts (the address covers them), so a key's vectors
-// never change; the same few anchors (the recent ones, and the nearest of
-// a busy topic) judge record after record, and their vectors were
-// recomputed for each. The cache holds at most anchorVectorsMax anchors
-// (about 28 KB each at the default 512 dimensions) and starts over when
-// full.
-type anchorVectors struct {
-	mu sync.Mutex
-	m  map[string]svaf.Vectors
+// hashedField is one evaluable field in the hashed kernel, kept compact:
+// its signed n-gram counts (embed.Hashed.Counts) and the inverse of their
+// L2 norm. vector expands it to exactly what embed.Hashed.Vector, widened
+// to float64, would give: the same float32 rounding of count×inv.
+type hashedField struct {
+	name string
+	c16  []int16 // the counts, when all fit
+	c32  []int32 // else (a text repeating one n-gram over 32K times)
+	inv  float64
 }
 
-const anchorVectorsMax = 128
+// hashedRecord is a record's evaluable fields in the hashed kernel, by
+// name; a field whose text has no word is absent (nothing to compare).
+type hashedRecord []hashedField
 
-func (c *anchorVectors) get(key string) (svaf.Vectors, bool) {
+// hashFields counts the n-grams of each of texts' fields, using scratch
+// (of h.Dim) between fields.
+func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashedRecord {
+	hr := make(hashedRecord, 0, len(texts))
+	for name, t := range texts {
+		clear(scratch)
+		h.Counts(t, scratch)
+		var s float64
+		small := true
+		for _, c := range scratch {
+			s += float64(c) * float64(c) // exact: integers far below 2^53
+			small = small && c >= math.MinInt16 && c <= math.MaxInt16
+		}
+		if s == 0 {
+			continue
+		}
+		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
+		if small {
+			f.c16 = make([]int16, len(scratch))
+			for i, c := range scratch {
+				f.c16[i] = int16(c)
+			}
+		} else {
+			f.c32 = append([]int32(nil), scratch...)
+		}
+		hr = append(hr, f)
+	}
+	return hr
+}
+
+// vectors are hr's fields as SVAF vectors, carved out of slab (which must
+// hold len(hr)×dim values); each is Hashed.Vector's, widened.
+func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
+	out := make(svaf.Vectors, len(hr))
+	for i, f := range hr {
+		v := slab[i*dim : (i+1)*dim : (i+1)*dim]
+		if f.c16 != nil {
+			for j, c := range f.c16 {
+				v[j] = float64(float32(float64(c) * f.inv))
+			}
+		} else {
+			for j, c := range f.c32 {
+				v[j] = float64(float32(float64(c) * f.inv))
+			}
+		}
+		out[f.name] = v
+	}
+	return out
+}
+
+// anchorVectors caches the hashed-kernel counts of anchors by key. A key
+// names its record's texts (the address covers them), so a key's counts
+// never change. Each incoming record is judged against the recent anchors
+// (which it becomes itself next) and its nearest text matches (a topic's
+// records, found again and again while it is busy); without the cache each
+// of them costs a store read and an n-gram pass per field.
+//
+// It keeps two generations of anchorVectorsGen records: when the current
+// one fills it becomes the old one, and a record found there moves back, so
+// what was used lately stays. A record's counts are 1 KB per evaluable
+// field at the default 512 dimensions, whatever its text's length (7 KB for
+// a record of seven fields): the cache holds at most about 2 × 1024 × 7 KB
+// ≈ 15 MB.
+type anchorVectors struct {
+	mu       sync.Mutex
+	cur, old map[string]hashedRecord
+}
+
+const anchorVectorsGen = 1024
+
+func (c *anchorVectors) get(key string) (hashedRecord, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.m[key]
+	if v, ok := c.cur[key]; ok {
+		return v, true
+	}
+	v, ok := c.old[key]
+	if ok {
+		delete(c.old, key)
+		c.putLocked(key, v)
+	}
 	return v, ok
 }
 
-func (c *anchorVectors) put(key string, v svaf.Vectors) {
+func (c *anchorVectors) put(key string, v hashedRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= anchorVectorsMax {
-		c.m = make(map[string]svaf.Vectors, anchorVectorsMax)
+	c.putLocked(key, v)
+}
+
+func (c *anchorVectors) putLocked(key string, v hashedRecord) {
+	if c.cur == nil || len(c.cur) >= anchorVectorsGen {
+		c.old, c.cur = c.cur, make(map[string]hashedRecord, anchorVectorsGen)
 	}
-	c.m[key] = v
+	c.cur[key] = v
 }

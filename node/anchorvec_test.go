@@ -1,0 +1,56 @@
+package node
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/cmbnode/cmbnode/node/embed"
+)
+
+// TestHashedRecordVectors: the compact counts expand, bit for bit, to the
+// hashed kernel's float32 vectors widened to float64 (what SVAF judged
+// with before counts were cached), fields with no word left out, and a
+// count too large for an int16 kept exactly.
+func TestHashedRecordVectors(t *testing.T) {
+	h := embed.DefaultHashed()
+	texts := map[string]string{
+		"focus":      "Shipping the release: v2.3 on Friday, QA sign-off pending.",
+		"issue":      "Ünïcode straße — 東京 and emoji 🚀 mixed with ASCII",
+		"intent":     "...  ,,, !!!", // no word
+		"motivation": strings.Repeat("a ", 40000),
+		"mood":       "x",
+	}
+	hr := hashFields(h, texts, make([]int32, h.Dim))
+	slab := make([]float64, len(hr)*h.Dim)
+	for i := range slab {
+		slab[i] = math.NaN() // every value must be written
+	}
+	got := hr.vectors(slab, h.Dim)
+	want := map[string][]float64{}
+	for f, t := range texts {
+		v := h.Vector(t)
+		if embed.Dot(v, v) != 0 {
+			want[f] = to64(v)
+		}
+	}
+	if len(got) != len(want) || len(got) != 4 {
+		t.Fatalf("%d fields, want %d (and 4)", len(got), len(want))
+	}
+	for f, w := range want {
+		g := got[f]
+		if len(g) != len(w) {
+			t.Fatalf("%s: %d dimensions, want %d", f, len(g), len(w))
+		}
+		for i := range w {
+			if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
+				t.Fatalf("%s[%d] = %v, want %v", f, i, g[i], w[i])
+			}
+		}
+	}
+	for _, f := range hr {
+		if (f.name == "motivation") != (f.c32 != nil) {
+			t.Errorf("%s: int32 counts %t", f.name, f.c32 != nil)
+		}
+	}
+}
