@@ -17,7 +17,13 @@ type hashedField struct {
 	c16  []int16 // the counts, when all fit
 	c32  []int32 // else (a text repeating one n-gram over 32K times)
 	inv  float64
+	// lo and hi bound c16's counts: a field's few distinct counts expand
+	// through a table.
+	lo, hi int16
 }
+
+// expandTable bounds the range of counts vectors expands by table.
+const expandTable = 64
 
 // hashedRecord is a record's evaluable fields in the hashed kernel, by
 // name; a field whose text has no word is absent (nothing to compare).
@@ -30,21 +36,20 @@ func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashed
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
+		c16 := make([]int16, len(scratch))
 		var s float64
-		small := true
-		for _, c := range scratch {
+		var lo, hi int32
+		for i, c := range scratch {
 			s += float64(c) * float64(c) // exact: integers far below 2^53
-			small = small && c >= math.MinInt16 && c <= math.MaxInt16
+			lo, hi = min(lo, c), max(hi, c)
+			c16[i] = int16(c) // kept only if every count fits
 		}
 		if s == 0 {
 			continue
 		}
 		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
-		if small {
-			f.c16 = make([]int16, len(scratch))
-			for i, c := range scratch {
-				f.c16[i] = int16(c)
-			}
+		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
+			f.c16, f.lo, f.hi = c16, int16(lo), int16(hi)
 		} else {
 			f.c32 = append([]int32(nil), scratch...)
 		}
@@ -59,7 +64,15 @@ func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
 	out := make(svaf.Vectors, len(hr))
 	for i, f := range hr {
 		v := slab[i*dim : (i+1)*dim : (i+1)*dim]
-		if f.c16 != nil {
+		if f.c16 != nil && int(f.hi)-int(f.lo) < expandTable {
+			var tab [expandTable]float64
+			for k := range int(f.hi) - int(f.lo) + 1 {
+				tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
+			}
+			for j, c := range f.c16 {
+				v[j] = tab[uint16(c-f.lo)%expandTable]
+			}
+		} else if f.c16 != nil {
 			for j, c := range f.c16 {
 				v[j] = float64(float32(float64(c) * f.inv))
 			}

@@ -15,11 +15,12 @@ import (
 func TestHashedRecordVectors(t *testing.T) {
 	h := embed.DefaultHashed()
 	texts := map[string]string{
-		"focus":      "Shipping the release: v2.3 on Friday, QA sign-off pending.",
-		"issue":      "Ünïcode straße — 東京 and emoji 🚀 mixed with ASCII",
-		"intent":     "...  ,,, !!!", // no word
-		"motivation": strings.Repeat("a ", 40000),
-		"mood":       "x",
+		"focus":       "Shipping the release: v2.3 on Friday, QA sign-off pending.",
+		"issue":       "Ünïcode straße — 東京 and emoji 🚀 mixed with ASCII",
+		"intent":      "...  ,,, !!!", // no word
+		"motivation":  strings.Repeat("a ", 40000),
+		"mood":        "x",
+		"perspective": strings.Repeat("ab ", 70) + "cd", // a count past the table
 	}
 	hr := hashFields(h, texts, make([]int32, h.Dim))
 	slab := make([]float64, len(hr)*h.Dim)
@@ -34,8 +35,8 @@ func TestHashedRecordVectors(t *testing.T) {
 			want[f] = to64(v)
 		}
 	}
-	if len(got) != len(want) || len(got) != 4 {
-		t.Fatalf("%d fields, want %d (and 4)", len(got), len(want))
+	if len(got) != len(want) || len(got) != 5 {
+		t.Fatalf("%d fields, want %d (and 5)", len(got), len(want))
 	}
 	for f, w := range want {
 		g := got[f]
@@ -51,6 +52,9 @@ func TestHashedRecordVectors(t *testing.T) {
 	for _, f := range hr {
 		if (f.name == "motivation") != (f.c32 != nil) {
 			t.Errorf("%s: int32 counts %t", f.name, f.c32 != nil)
+		}
+		if wide := f.c16 != nil && int(f.hi)-int(f.lo) >= expandTable; wide != (f.name == "perspective") {
+			t.Errorf("%s: counts in [%d,%d], past the table %t", f.name, f.lo, f.hi, wide)
 		}
 	}
 }

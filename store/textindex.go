@@ -542,8 +542,18 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 		}
 	}
 	if o.MaxTerms > 0 && len(qs) > o.MaxTerms {
-		slices.SortStableFunc(qs, func(a, b queryTerm) int { return cmp.Compare(len(a.post), len(b.post)) })
-		qs = qs[:o.MaxTerms]
+		// The rarest, ties in query order: a stable sort by posting count,
+		// done on (count, position) pairs rather than moving the terms.
+		order := make([]uint64, len(qs))
+		for i := range qs {
+			order[i] = uint64(len(qs[i].post))<<32 | uint64(i)
+		}
+		slices.Sort(order)
+		kept := make([]queryTerm, o.MaxTerms)
+		for i := range kept {
+			kept[i] = qs[uint32(order[i])]
+		}
+		qs = kept
 	}
 	return qs, attainable
 }

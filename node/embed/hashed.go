@@ -61,7 +61,11 @@ func (h Hashed) Vector(text string) []float32 {
 func (h Hashed) Counts(text string, c []int32) {
 	c = c[:h.Dim]
 	if isASCII(text) {
-		h.addASCII(c, text)
+		if h.N == 3 && h.Dim&(h.Dim-1) == 0 {
+			addASCII3(c, text)
+		} else {
+			h.addASCII(c, text)
+		}
 		return
 	}
 	text = strings.ToLower(norm.NFC.String(text))
@@ -145,6 +149,62 @@ func (h Hashed) addASCII(v []int32, text string) {
 	}
 	flush()
 }
+
+// addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
+// kernel), streamed: each byte of a word (or its end mark) closes the
+// trigram of the two before it, so the word is never copied, and FNV-1a's
+// first step comes from a table.
+func addASCII3(v []int32, text string) {
+	mask := uint64(len(v) - 1)
+	add := func(x uint64) {
+		// The sign is the hash's top bit: +1 or -1 without a branch.
+		v[x&mask] += 1 - 2*int32(x>>63)
+	}
+	var a, b byte // the word's last two bytes
+	n := 0        // bytes of the word so far, its start mark included
+	for i := 0; i < len(text); i++ {
+		c := asciiFold[text[i]]
+		if c == 0 {
+			if n > 1 {
+				add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+			}
+			n = 0
+			continue
+		}
+		if n == 0 {
+			a, b, n = 2, c, 2 // '\x02' then c
+			continue
+		}
+		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ uint64(c)) * fnvPrime64)
+		a, b = b, c
+		n++
+	}
+	if n > 1 {
+		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+	}
+}
+
+// asciiFold maps an ASCII letter or digit to itself lowered, anything
+// else to 0 (a word boundary).
+var asciiFold = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case 'A' <= c && c <= 'Z':
+			t[c] = byte(c) + 'a' - 'A'
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			t[c] = byte(c)
+		}
+	}
+	return t
+}()
+
+// fnvStep1 is FNV-1a's state after one byte.
+var fnvStep1 = func() (t [256]uint64) {
+	for c := range t {
+		t[c] = (fnvOffset64 ^ uint64(c)) * fnvPrime64
+	}
+	return t
+}()
 
 // count adds an n-gram of hash x to its signed bucket.
 func (h Hashed) count(v []int32, x uint64) {
