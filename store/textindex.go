@@ -519,6 +519,7 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 		maxW = max(maxW, w)
 	}
 	idf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	qs = make([]queryTerm, 0, len(qterms))
 	for _, t := range qterms {
 		pl := x.terms.get(t, termHash(t))
 		if pl == nil {
@@ -638,6 +639,9 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			return nil
 		}
 		gname = g
+		// Groups are only ever added: if this is the one group ever
+		// indexed, every document is in it.
+		filterGroup = len(x.groups) > 1
 	}
 	k1, b := o.K1, o.B
 	rw := max(o.RecencyWeight, 0)
