@@ -147,6 +147,7 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 	evaluable := 0
 	nearSum := make([]float64, len(anchors))
 	nearN := make([]int, len(anchors))
+	var fused []float64
 	// Fields in a fixed order, so sums round the same way on every run.
 	for _, f := range sortedFields(incoming) {
 		x := incoming[f]
@@ -154,7 +155,11 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 			continue
 		}
 		alpha := c.alpha(f)
-		fused := make([]float64, len(x))
+		if cap(fused) < len(x) {
+			fused = make([]float64, len(x))
+		}
+		fused = fused[:len(x)]
+		clear(fused)
 		var wsum float64
 		bestCos := math.Inf(-1)
 		for i, a := range anchors {
