@@ -220,8 +220,10 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 }
 
 // anchorKeys picks the anchors for a record of group with texts, newest
-// first then nearest, without repeats.
-func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]string) ([]store.KeyTime, error) {
+// first then nearest, without repeats. The nearest are found from the
+// record's index terms (all of its texts'), which it returns for the
+// record's indexing (nil if no search was made).
+func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string) ([]store.KeyTime, *store.Terms, error) {
 	var out []store.KeyTime
 	seen := map[string]bool{}
 	if n.adm.recent > 0 {
@@ -236,20 +238,40 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	var terms *store.Terms
 	if n.adm.nearest > 0 {
-		var q strings.Builder
-		for _, name := range cmb.FieldNames {
+		// The query is the evaluable texts, in field order, each ended by
+		// a newline. When none was trimmed, its terms are those the
+		// record is indexed under, made once for both.
+		fields := make([]int, 0, len(texts))
+		trimmed := false
+		for i, name := range cmb.FieldNames {
 			if t, ok := texts[name]; ok {
-				q.WriteString(t)
-				q.WriteByte('\n')
+				fields = append(fields, i)
+				trimmed = trimmed || t != all[i]
 			}
 		}
-		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms})
+		terms = n.st.Terms(all)
+		o := store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms}
+		var hits []store.Hit
+		var err error
+		if trimmed {
+			// White space at either end can be part of a word (U+202F
+			// joins letters in UAX #29): search the texts as trimmed.
+			var q strings.Builder
+			for _, f := range fields {
+				q.WriteString(texts[cmb.FieldNames[f]])
+				q.WriteByte('\n')
+			}
+			hits, err = n.st.Search(ctx, q.String(), o)
+		} else {
+			hits, err = n.st.SearchTerms(ctx, terms, fields, o)
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		added := 0
 		for _, h := range hits {
@@ -263,17 +285,18 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 			}
 		}
 	}
-	return out, nil
+	return out, terms, nil
 }
 
 // judge evaluates a checked broadcast record against the anchors and
 // returns the verdict with the annexes to store beside the record.
-func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, error) {
-	texts := fieldTexts(rec.Fields.Texts())
+func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, *store.Terms, error) {
+	all := rec.Fields.Texts()
+	texts := fieldTexts(all)
 	now := n.now()
-	kts, err := n.anchorKeys(ctx, rec.Group, texts)
+	kts, terms, err := n.anchorKeys(ctx, rec.Group, all, texts)
 	if err != nil {
-		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	anchors := make([]svaf.Anchor, 0, len(kts))
 	// An anchor whose hashed counts are cached needs no read: its texts
@@ -290,7 +313,7 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 				continue
 			}
 			if err != nil {
-				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+				return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
 			}
 			at = fieldTexts(r.Texts)
 		}
@@ -332,12 +355,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	annexes, err := verdictAnnex(out)
 	if err != nil {
-		return verdictRecord{}, nil, err
+		return verdictRecord{}, nil, nil, err
 	}
 	if dense != nil {
 		annexes = append(annexes, store.ItemAnnex{NS: n.dense.ns, Value: encodeFields(n.dense.k.Dim, dense)})
 	}
-	return out, annexes, nil
+	return out, annexes, terms, nil
 }
 
 // scratch is a zeroed-or-not counting buffer of dim, for hashFields.

@@ -634,7 +634,13 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 // stores nothing. A new record is queued for the dense encoder, which never
 // makes this wait.
 func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta, annexes ...store.ItemAnnex) (Result, error) {
-	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes}})
+	return n.keepTerms(ctx, rec, m, nil, annexes...)
+}
+
+// keepTerms is keep with the record's index terms already made (nil: the
+// store makes them).
+func (n *Node) keepTerms(ctx context.Context, rec *cmb.Record, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes, Terms: terms}})
 	if err == nil {
 		err = rs[0].Err
 	}

@@ -417,6 +417,56 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
 }
 
+// Terms are a record's text-index terms, field by field, as the index
+// makes them from its texts: Tokenize's words, stop words dropped and the
+// rest stemmed; a field that is exactly "neutral" has none. Made once,
+// they serve both a search by the record's own text (SearchTerms) and its
+// indexing (Item.Terms), which would otherwise each tokenise the texts.
+// They refer to the texts' memory.
+type Terms struct{ rt recordTokens }
+
+// Terms makes texts' index terms.
+func (s *Store) Terms(texts [NumFields]string) *Terms {
+	t := new(Terms)
+	s.idx.tokens(&t.rt, texts)
+	return t
+}
+
+// SearchTerms is Search with, as the query, the texts of t's fields in
+// fields (by index, ascending), each ended by a newline: it finds what
+// that Search finds, from terms already made. A field that is exactly
+// "neutral" has no terms, so it adds nothing (Search would look for the
+// word).
+func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o SearchOptions) ([]Hit, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	normalizeSearch(&o)
+	asOf := o.AsOf
+	if asOf.IsZero() {
+		asOf = s.opts.Now()
+	}
+	var n int32
+	for _, f := range fields {
+		n += t.rt.ends[f] - t.rt.start(f)
+	}
+	qterms := make([]string, 0, n)
+	for _, f := range fields {
+		qterms = append(qterms, t.rt.toks[t.rt.start(f):t.rt.ends[f]]...)
+	}
+	qterms = uniq(qterms)
+	if len(qterms) == 0 {
+		return nil, nil
+	}
+	if err := s.waitIndexed(ctx); err != nil {
+		return nil, err
+	}
+	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
+}
+
 // normalizeSearch gives o's unset settings their defaults.
 func normalizeSearch(o *SearchOptions) {
 	opt.Default(&o.Limit, 10)
