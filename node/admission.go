@@ -244,14 +244,17 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 	var terms *store.Terms
 	if n.adm.nearest > 0 {
 		// The query is the evaluable texts, in field order, each ended by
-		// a newline. When none was trimmed, its terms are those the
-		// record is indexed under, made once for both.
+		// a newline. When none lost more than ASCII white space to
+		// trimming, its terms are those the record is indexed under, made
+		// once for both.
 		fields := make([]int, 0, len(texts))
 		trimmed := false
 		for i, name := range cmb.FieldNames {
 			if t, ok := texts[name]; ok {
 				fields = append(fields, i)
-				trimmed = trimmed || t != all[i]
+				// ASCII white space, which the tokeniser cuts at, never
+				// changes a term.
+				trimmed = trimmed || t != strings.Trim(all[i], " \t\n\r\f\v")
 			}
 		}
 		terms = n.st.Terms(all)
@@ -259,8 +262,9 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 		var hits []store.Hit
 		var err error
 		if trimmed {
-			// White space at either end can be part of a word (U+202F
-			// joins letters in UAX #29): search the texts as trimmed.
+			// Other white space at either end can be part of a word
+			// (U+202F joins letters in UAX #29): search the texts as
+			// trimmed.
 			var q strings.Builder
 			for _, f := range fields {
 				q.WriteString(texts[cmb.FieldNames[f]])
