@@ -33,10 +33,11 @@ type hashedRecord []hashedField
 // (of h.Dim) between fields.
 func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashedRecord {
 	hr := make(hashedRecord, 0, len(texts))
+	all := make([]int16, len(texts)*len(scratch)) // one allocation for the record
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
-		c16 := make([]int16, len(scratch))
+		c16 := all[:len(scratch):len(scratch)]
 		var s float64
 		var lo, hi int32
 		for i, c := range scratch {
@@ -50,6 +51,7 @@ func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashed
 		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
 		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
 			f.c16, f.lo, f.hi = c16, int16(lo), int16(hi)
+			all = all[len(scratch):]
 		} else {
 			f.c32 = append([]int32(nil), scratch...)
 		}

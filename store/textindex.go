@@ -195,6 +195,7 @@ type scoreScratch struct {
 	live    []uint32
 	cands   []uint32
 	tab     partTable
+	qs      []queryTerm // the query's terms, as queryTerms finds them
 }
 
 // partTable holds BM25's term-frequency factor for tf < partTF and field
@@ -428,6 +429,11 @@ type Terms struct{ rt recordTokens }
 // Terms makes texts' index terms.
 func (s *Store) Terms(texts [NumFields]string) *Terms {
 	t := new(Terms)
+	n := 0
+	for _, x := range texts {
+		n += len(x)
+	}
+	t.rt.toks = make([]string, 0, n/4+8) // more than most texts' words, so no regrowth
 	s.idx.tokens(&t.rt, texts)
 	return t
 }
@@ -512,7 +518,10 @@ func (s *Store) Relevance(ctx context.Context, query string, keys []string, o Se
 }
 
 func uniq(in []string) []string {
-	seen := make(map[string]struct{}, len(in))
+	seen, _ := seenSets.Get().(map[string]struct{})
+	if seen == nil {
+		seen = make(map[string]struct{}, len(in))
+	}
 	out := in[:0]
 	for _, t := range in {
 		if _, ok := seen[t]; !ok {
@@ -520,8 +529,16 @@ func uniq(in []string) []string {
 			out = append(out, t)
 		}
 	}
+	if len(seen) <= 4096 {
+		clear(seen) // keeps its buckets for the next query
+		seenSets.Put(seen)
+	}
 	return out
 }
+
+// seenSets recycles uniq's sets: a query of a whole record's text has a
+// few hundred terms, and the set was most of a search's allocation.
+var seenSets sync.Pool
 
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	var hits []Hit
@@ -562,6 +579,12 @@ type queryTerm struct {
 // most the query could score (the divisor of Hit.Relevance). The caller
 // holds the lock, with the delta merged.
 func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	return x.queryTermsInto(make([]queryTerm, 0, len(qterms)), qterms, o)
+}
+
+// queryTermsInto is queryTerms appending to buf (which it may reorder).
+func (x *textIndex) queryTermsInto(buf []queryTerm, qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	qs = buf[:0]
 	n := float64(x.live)
 	k1 := o.K1
 	maxW := 0.0
@@ -569,7 +592,6 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 		maxW = max(maxW, w)
 	}
 	idf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
-	qs = make([]queryTerm, 0, len(qterms))
 	for _, t := range qterms {
 		pl := x.terms.get(t, termHash(t))
 		if pl == nil {
@@ -600,11 +622,12 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 			order[i] = uint64(len(qs[i].post))<<32 | uint64(i)
 		}
 		slices.Sort(order)
+		// Copied out first: a kept term may sit where another is to go.
 		kept := make([]queryTerm, o.MaxTerms)
 		for i := range kept {
 			kept[i] = qs[uint32(order[i])]
 		}
-		qs = kept
+		qs = append(qs[:0], kept...)
 	}
 	return qs, attainable
 }
@@ -721,7 +744,11 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
 	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
-	qs, attainable := x.queryTerms(qterms, o)
+	qs, attainable := x.queryTermsInto(sc.qs, qterms, o)
+	defer func() {
+		clear(qs[:cap(qs)]) // they hold posting lists
+		sc.qs = qs[:0]
+	}()
 	sort.Slice(qs, func(i, j int) bool { return qs[i].ub > qs[j].ub })
 	rest := make([]float64, len(qs)+1)
 	for i := len(qs) - 1; i >= 0; i-- {
@@ -844,7 +871,10 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		hit.Score = hit.Text + hit.Recency
 		hit.Relevance = min(hit.Text/attainable, 1)
 		if len(h) < o.Limit {
-			heap.Push(&h, hit)
+			// heap.Push without boxing the hit: Fix of the new last
+			// element only sifts it up.
+			h = append(h, hit)
+			heap.Fix(&h, len(h)-1)
 		} else if better(hit, h[0]) {
 			h[0] = hit
 			heap.Fix(&h, 0)
