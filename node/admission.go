@@ -332,22 +332,21 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		hin := hashFields(n.adm.hashed, texts, *scratch)
 		// The record is the next one's newest anchor, most likely.
 		n.adm.vecs.put(rec.Key, hin)
-		nvec := len(hin)
+		size := len(hin) * dim
 		for i := range anchors {
 			if !hit[i] {
 				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], *scratch)
 				n.adm.vecs.put(anchors[i].Key, cached[i])
 			}
-			nvec += len(cached[i])
+			size += cached[i].slabSize(dim)
 		}
 		n.adm.scratches.Put(scratch)
-		slab := n.adm.slab(nvec * dim)
+		slab := n.adm.slab(size)
 		defer n.adm.slabs.Put(slab)
 		in = hin.vectors(*slab, dim)
-		off := len(hin) * dim
+		rest := (*slab)[len(hin)*dim:]
 		for i := range anchors {
-			anchors[i].Vectors = cached[i].vectors((*slab)[off:], dim)
-			off += len(cached[i]) * dim
+			rest = cached[i].anchor(&anchors[i], rest, dim)
 		}
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.

@@ -10,19 +10,21 @@ import (
 
 // hashedField is one evaluable field in the hashed kernel, kept compact:
 // its signed n-gram counts (embed.Hashed.Counts) and the inverse of their
-// L2 norm. vector expands it to exactly what embed.Hashed.Vector, widened
-// to float64, would give: the same float32 rounding of count×inv.
+// L2 norm. Expanded, a count c is float64(float32(c×inv)): exactly what
+// embed.Hashed.Vector, widened to float64, gives.
 type hashedField struct {
 	name string
-	c16  []int16 // the counts, when all fit
-	c32  []int32 // else (a text repeating one n-gram over 32K times)
-	inv  float64
-	// lo and hi bound c16's counts: a field's few distinct counts expand
-	// through a table.
+	// idx and cnt are the nonzero counts (idx ascending), when all fit an
+	// int16; lo and hi bound them, so that a field's few distinct counts
+	// expand through a table.
+	idx    []uint16
+	cnt    []int16
 	lo, hi int16
+	c32    []int32 // else all counts (a text repeating one n-gram over 32K times)
+	inv    float64
 }
 
-// expandTable bounds the range of counts vectors expands by table.
+// expandTable bounds the range of counts expanded by table.
 const expandTable = 64
 
 // hashedRecord is a record's evaluable fields in the hashed kernel, by
@@ -33,25 +35,30 @@ type hashedRecord []hashedField
 // (of h.Dim) between fields.
 func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashedRecord {
 	hr := make(hashedRecord, 0, len(texts))
-	all := make([]int16, len(texts)*len(scratch)) // one allocation for the record
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
-		c16 := all[:len(scratch):len(scratch)]
 		var s float64
 		var lo, hi int32
-		for i, c := range scratch {
+		nz := 0
+		for _, c := range scratch {
 			s += float64(c) * float64(c) // exact: integers far below 2^53
 			lo, hi = min(lo, c), max(hi, c)
-			c16[i] = int16(c) // kept only if every count fits
+			if c != 0 {
+				nz++
+			}
 		}
 		if s == 0 {
 			continue
 		}
 		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
 		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
-			f.c16, f.lo, f.hi = c16, int16(lo), int16(hi)
-			all = all[len(scratch):]
+			f.idx, f.cnt, f.lo, f.hi = make([]uint16, 0, nz), make([]int16, 0, nz), int16(lo), int16(hi)
+			for j, c := range scratch {
+				if c != 0 {
+					f.idx, f.cnt = append(f.idx, uint16(j)), append(f.cnt, int16(c))
+				}
+			}
 		} else {
 			f.c32 = append([]int32(nil), scratch...)
 		}
@@ -60,32 +67,104 @@ func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashed
 	return hr
 }
 
-// vectors are hr's fields as SVAF vectors, carved out of slab (which must
-// hold len(hr)×dim values); each is Hashed.Vector's, widened.
+// table is the expansion of the counts lo..hi, if they span fewer than
+// expandTable.
+func (f *hashedField) table() (tab [expandTable]float64, ok bool) {
+	if int(f.hi)-int(f.lo) >= expandTable {
+		return tab, false
+	}
+	for k := range int(f.hi) - int(f.lo) + 1 {
+		tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
+	}
+	return tab, true
+}
+
+// values writes f's nonzero entries, in idx order, to dst (of len(f.idx)).
+func (f *hashedField) values(dst []float64) {
+	dst = dst[:len(f.cnt)]
+	tab, ok := f.table()
+	if !ok {
+		for k, c := range f.cnt {
+			dst[k] = float64(float32(float64(c) * f.inv))
+		}
+		return
+	}
+	for k, c := range f.cnt {
+		dst[k] = tab[uint16(c-f.lo)%expandTable]
+	}
+}
+
+// dense writes f as Hashed.Vector's vector, widened, to v (of dim).
+func (f *hashedField) dense(v []float64) {
+	if f.c32 != nil {
+		for j, c := range f.c32 {
+			v[j] = float64(float32(float64(c) * f.inv))
+		}
+		return
+	}
+	clear(v)
+	tab, ok := f.table()
+	if !ok {
+		for k, j := range f.idx {
+			v[j] = float64(float32(float64(f.cnt[k]) * f.inv))
+		}
+		return
+	}
+	for k, j := range f.idx {
+		v[j] = tab[uint16(f.cnt[k]-f.lo)%expandTable]
+	}
+}
+
+// vectors are hr's fields as dense SVAF vectors, carved out of slab (which
+// must hold len(hr)×dim values).
 func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
 	out := make(svaf.Vectors, len(hr))
-	for i, f := range hr {
+	for i := range hr {
 		v := slab[i*dim : (i+1)*dim : (i+1)*dim]
-		if f.c16 != nil && int(f.hi)-int(f.lo) < expandTable {
-			var tab [expandTable]float64
-			for k := range int(f.hi) - int(f.lo) + 1 {
-				tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
-			}
-			for j, c := range f.c16 {
-				v[j] = tab[uint16(c-f.lo)%expandTable]
-			}
-		} else if f.c16 != nil {
-			for j, c := range f.c16 {
-				v[j] = float64(float32(float64(c) * f.inv))
-			}
-		} else {
-			for j, c := range f.c32 {
-				v[j] = float64(float32(float64(c) * f.inv))
-			}
-		}
-		out[f.name] = v
+		hr[i].dense(v)
+		out[hr[i].name] = v
 	}
 	return out
+}
+
+// slabSize is how many float64s anchor needs of a slab.
+func (hr hashedRecord) slabSize(dim int) int {
+	n := 0
+	for _, f := range hr {
+		if f.c32 != nil {
+			n += dim
+		} else {
+			n += len(f.idx)
+		}
+	}
+	return n
+}
+
+// anchor sets a's fields from hr, sparse (the zeros, about half the
+// buckets, left out; svaf.Anchor.Sparse), with values carved out of slab
+// (of at least hr.slabSize(dim)); it returns the rest of slab.
+func (hr hashedRecord) anchor(a *svaf.Anchor, slab []float64, dim int) []float64 {
+	for i := range hr {
+		f := &hr[i]
+		if f.c32 != nil {
+			v := slab[:dim:dim]
+			slab = slab[dim:]
+			f.dense(v)
+			if a.Vectors == nil {
+				a.Vectors = svaf.Vectors{}
+			}
+			a.Vectors[f.name] = v
+			continue
+		}
+		vals := slab[:len(f.idx):len(f.idx)]
+		slab = slab[len(f.idx):]
+		f.values(vals)
+		if a.Sparse == nil {
+			a.Sparse = make(map[string]svaf.Sparse, len(hr))
+		}
+		a.Sparse[f.name] = svaf.Sparse{Dim: dim, Index: f.idx, Value: vals}
+	}
+	return slab
 }
 
 // anchorVectors caches the hashed-kernel counts of anchors by key. A key
@@ -97,10 +176,11 @@ func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
 //
 // It keeps two generations of anchorVectorsGen records: when the current
 // one fills it becomes the old one, and a record found there moves back, so
-// what was used lately stays. A record's counts are 1 KB per evaluable
-// field at the default 512 dimensions, whatever its text's length (7 KB for
-// a record of seven fields): the cache holds at most about 2 × 1024 × 7 KB
-// ≈ 15 MB.
+// what was used lately stays. A field's counts take 4 bytes per nonzero
+// bucket, so at most 2 KB at the default 512 dimensions whatever its
+// text's length, and about 0.9 KB for a standard 300-byte field: the cache
+// holds about 2 × 1024 × 6.5 KB ≈ 13 MB of standard records, at most
+// 2 × 1024 × 14 KB ≈ 29 MB of records of seven long fields.
 type anchorVectors struct {
 	mu       sync.Mutex
 	cur, old map[string]hashedRecord

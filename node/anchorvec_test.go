@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
 // TestHashedRecordVectors: the compact counts expand, bit for bit, to the
@@ -49,11 +50,37 @@ func TestHashedRecordVectors(t *testing.T) {
 			}
 		}
 	}
+	// As an anchor: the same values, sparse but for the int32 field.
+	var a svaf.Anchor
+	slab = make([]float64, hr.slabSize(h.Dim))
+	if rest := hr.anchor(&a, slab, h.Dim); len(rest) != 0 {
+		t.Fatalf("%d values of the slab left over", len(rest))
+	}
+	if len(a.Vectors) != 1 || len(a.Sparse) != 4 {
+		t.Fatalf("%d dense and %d sparse fields, want 1 and 4", len(a.Vectors), len(a.Sparse))
+	}
+	for f, w := range want {
+		g := a.Vectors[f]
+		if sp, ok := a.Sparse[f]; ok {
+			g = make([]float64, sp.Dim)
+			for k, j := range sp.Index {
+				if sp.Value[k] == 0 || k > 0 && j <= sp.Index[k-1] {
+					t.Fatalf("%s: sparse entry %d (bucket %d) is zero or out of order", f, k, j)
+				}
+				g[j] = sp.Value[k]
+			}
+		}
+		for i := range w {
+			if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
+				t.Fatalf("anchor %s[%d] = %v, want %v", f, i, g[i], w[i])
+			}
+		}
+	}
 	for _, f := range hr {
 		if (f.name == "motivation") != (f.c32 != nil) {
 			t.Errorf("%s: int32 counts %t", f.name, f.c32 != nil)
 		}
-		if wide := f.c16 != nil && int(f.hi)-int(f.lo) >= expandTable; wide != (f.name == "perspective") {
+		if wide := f.cnt != nil && int(f.hi)-int(f.lo) >= expandTable; wide != (f.name == "perspective") {
 			t.Errorf("%s: counts in [%d,%d], past the table %t", f.name, f.lo, f.hi, wide)
 		}
 	}
