@@ -89,10 +89,10 @@ type admission struct {
 	hashed          embed.Hashed
 
 	vecs anchorVectors // hashed counts of anchors, by key
-	// scratches ([]int32 of the kernel's Dim) and slabs ([]float64) are
-	// judge's working memory, recycled: a judgement's vectors are about
-	// 300 KB (eleven records of seven 512-dimension fields), and Evaluate
-	// keeps none of them.
+	// scratches (*hashScratch) and slabs ([]float64) are judge's working
+	// memory, recycled: a judgement's vectors are about 150 KB (the
+	// record's seven dense 512-dimension fields, ten anchors' nonzero
+	// entries), and Evaluate keeps none of them.
 	scratches, slabs sync.Pool
 
 	mu       sync.RWMutex
@@ -329,13 +329,13 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		kernel = n.adm.hashed.Kernel().ID
 		dim := n.adm.hashed.Dim
 		scratch := n.adm.scratch(dim)
-		hin := hashFields(n.adm.hashed, texts, *scratch)
+		hin := hashFields(n.adm.hashed, texts, scratch)
 		// The record is the next one's newest anchor, most likely.
 		n.adm.vecs.put(rec.Key, hin)
 		size := len(hin) * dim
 		for i := range anchors {
 			if !hit[i] {
-				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], *scratch)
+				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], scratch)
 				n.adm.vecs.put(anchors[i].Key, cached[i])
 			}
 			size += cached[i].slabSize(dim)
@@ -366,13 +366,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	return out, annexes, terms, nil
 }
 
-// scratch is a zeroed-or-not counting buffer of dim, for hashFields.
-func (a *admission) scratch(dim int) *[]int32 {
-	if p, ok := a.scratches.Get().(*[]int32); ok && len(*p) == dim {
+// scratch is hashFields's working memory for dim.
+func (a *admission) scratch(dim int) *hashScratch {
+	if p, ok := a.scratches.Get().(*hashScratch); ok && len(p.counts) == dim {
 		return p
 	}
-	b := make([]int32, dim)
-	return &b
+	return newHashScratch(dim)
 }
 
 // slab is a buffer of at least n float64s, for hashedRecord.vectors.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/cmbnode/cmbnode/node/embed"
@@ -31,34 +32,42 @@ const expandTable = 64
 // name; a field whose text has no word is absent (nothing to compare).
 type hashedRecord []hashedField
 
-// hashFields counts the n-grams of each of texts' fields, using scratch
-// (of h.Dim) between fields.
-func hashFields(h embed.Hashed, texts map[string]string, scratch []int32) hashedRecord {
+// hashScratch is hashFields's working memory for a kernel of dim.
+type hashScratch struct {
+	counts []int32  // dim
+	idx    []uint16 // dim+1
+	cnt    []int16  // dim+1
+}
+
+func newHashScratch(dim int) *hashScratch {
+	return &hashScratch{counts: make([]int32, dim), idx: make([]uint16, dim+1), cnt: make([]int16, dim+1)}
+}
+
+// hashFields counts the n-grams of each of texts' fields, in sc (of h.Dim).
+func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashedRecord {
 	hr := make(hashedRecord, 0, len(texts))
+	scratch, idx, cnt := sc.counts, sc.idx, sc.cnt
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
 		var s float64
 		var lo, hi int32
 		nz := 0
-		for _, c := range scratch {
+		for j, c := range scratch {
 			s += float64(c) * float64(c) // exact: integers far below 2^53
 			lo, hi = min(lo, c), max(hi, c)
-			if c != 0 {
-				nz++
-			}
+			// Every bucket is written at nz, which only moves past a
+			// nonzero one: about half are zero, in no order a branch
+			// could predict.
+			idx[nz], cnt[nz] = uint16(j), int16(c)
+			nz += int((uint32(c) | -uint32(c)) >> 31)
 		}
 		if s == 0 {
 			continue
 		}
 		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
 		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
-			f.idx, f.cnt, f.lo, f.hi = make([]uint16, 0, nz), make([]int16, 0, nz), int16(lo), int16(hi)
-			for j, c := range scratch {
-				if c != 0 {
-					f.idx, f.cnt = append(f.idx, uint16(j)), append(f.cnt, int16(c))
-				}
-			}
+			f.idx, f.cnt, f.lo, f.hi = slices.Clone(idx[:nz]), slices.Clone(cnt[:nz]), int16(lo), int16(hi)
 		} else {
 			f.c32 = append([]int32(nil), scratch...)
 		}

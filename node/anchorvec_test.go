@@ -23,7 +23,7 @@ func TestHashedRecordVectors(t *testing.T) {
 		"mood":        "x",
 		"perspective": strings.Repeat("ab ", 70) + "cd", // a count past the table
 	}
-	hr := hashFields(h, texts, make([]int32, h.Dim))
+	hr := hashFields(h, texts, newHashScratch(h.Dim))
 	slab := make([]float64, len(hr)*h.Dim)
 	for i := range slab {
 		slab[i] = math.NaN() // every value must be written
