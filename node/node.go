@@ -202,13 +202,16 @@ func (n *Node) Connect(ctx context.Context, addr string) (PeerInfo, error) {
 
 // Node is a running node's core. Its methods are safe for concurrent use.
 type Node struct {
-	id    *identity.Identity
-	group string
-	home  string
-	st    *store.Store
-	bus   *events.Bus
-	log   *slog.Logger
-	now   func() time.Time
+	id *identity.Identity
+	// ownPub and ownX are id's keys as frames carry them, encoded once:
+	// every record this node publishes carries them.
+	ownPub, ownX string
+	group        string
+	home         string
+	st           *store.Store
+	bus          *events.Bus
+	log          *slog.Logger
+	now          func() time.Time
 
 	mu   sync.RWMutex
 	mesh Mesh
@@ -264,6 +267,7 @@ func Open(opts Options) (*Node, error) {
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
 		retriever: opts.Retriever, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
+		ownPub: opts.Identity.PublicKeyB64(), ownX: opts.Identity.E2EPublicKeyDER(),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
