@@ -434,3 +434,31 @@ func TestSearchTerms(t *testing.T) {
 		}
 	}
 }
+
+// TestUniq: uniq keeps each term's first occurrence, in order, for inputs
+// from empty to larger than the tables it recycles.
+func TestUniq(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 3))
+	for trial := range 400 {
+		n := rng.IntN(50)
+		if trial%100 == 99 {
+			n = 20000
+		}
+		vocab := 1 + rng.IntN(2*n+1)
+		in := make([]string, n)
+		for i := range in {
+			in[i] = fmt.Sprintf("t%d", rng.IntN(vocab))
+		}
+		var want []string
+		seen := map[string]bool{}
+		for _, x := range in {
+			if !seen[x] {
+				seen[x] = true
+				want = append(want, x)
+			}
+		}
+		if got := uniq(slices.Clone(in)); !slices.Equal(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("trial %d: uniq(%d terms) = %d terms, want %d", trial, n, len(got), len(want))
+		}
+	}
+}

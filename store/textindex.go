@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -516,28 +517,46 @@ func (s *Store) Relevance(ctx context.Context, query string, keys []string, o Se
 	return s.idx.relevance(qterms, keys, o), nil
 }
 
+// uniq drops repeated terms in place, keeping each one's first occurrence
+// in order.
 func uniq(in []string) []string {
-	seen, _ := seenSets.Get().(map[string]struct{})
-	if seen == nil {
-		seen = make(map[string]struct{}, len(in))
+	if len(in) < 2 {
+		return in
 	}
-	out := in[:0]
+	// An open-addressing set of the terms kept, at most half full: each
+	// slot holds a term's hash and its index in out, plus one (0 is empty).
+	size := 1 << bits.Len(uint(2*len(in)-1))
+	p, _ := uniqSets.Get().(*[]uint64)
+	if p == nil || len(*p) < size {
+		b := make([]uint64, size)
+		p = &b
+	}
+	slots, mask := (*p)[:size], uint32(size-1)
+	out := in[:0] // never past the term being read
 	for _, t := range in {
-		if _, ok := seen[t]; !ok {
-			seen[t] = struct{}{}
-			out = append(out, t)
+		h := termHash(t)
+		for i := h & mask; ; i = (i + 1) & mask {
+			s := slots[i]
+			if s == 0 {
+				out = append(out, t)
+				slots[i] = uint64(h)<<32 | uint64(len(out))
+				break
+			}
+			if uint32(s>>32) == h && out[uint32(s)-1] == t {
+				break
+			}
 		}
 	}
-	if len(seen) <= 4096 {
-		clear(seen) // keeps its buckets for the next query
-		seenSets.Put(seen)
+	clear(slots)
+	if len(*p) <= 1<<14 {
+		uniqSets.Put(p)
 	}
 	return out
 }
 
-// seenSets recycles uniq's sets: a query of a whole record's text has a
-// few hundred terms, and the set was most of a search's allocation.
-var seenSets sync.Pool
+// uniqSets recycles uniq's tables: a query of a whole record's text has a
+// few hundred terms, and a map for them was most of a search's allocation.
+var uniqSets sync.Pool
 
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	var hits []Hit
