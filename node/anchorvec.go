@@ -50,11 +50,13 @@ func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashed
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
-		var s float64
+		// Σc² in integers: Normalize's float64 sum of the same squares is
+		// exact too (a field has at most 64 Ki n-grams), so they agree.
+		var ss int64
 		var lo, hi int32
 		nz := 0
 		for j, c := range scratch {
-			s += float64(c) * float64(c) // exact: integers far below 2^53
+			ss += int64(c) * int64(c)
 			lo, hi = min(lo, c), max(hi, c)
 			// Every bucket is written at nz, which only moves past a
 			// nonzero one: about half are zero, in no order a branch
@@ -62,10 +64,10 @@ func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashed
 			idx[nz], cnt[nz] = uint16(j), int16(c)
 			nz += int((uint32(c) | -uint32(c)) >> 31)
 		}
-		if s == 0 {
+		if ss == 0 {
 			continue
 		}
-		f := hashedField{name: name, inv: 1 / math.Sqrt(s)}
+		f := hashedField{name: name, inv: 1 / math.Sqrt(float64(ss))}
 		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
 			f.idx, f.cnt, f.lo, f.hi = slices.Clone(idx[:nz]), slices.Clone(cnt[:nz]), int16(lo), int16(hi)
 		} else {
