@@ -6,13 +6,13 @@ import (
 	"crypto/rand"
 	"fmt"
 	mrand "math/rand"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 	"github.com/cmbnode/cmbnode/node/identity"
 )
 
@@ -54,12 +54,12 @@ func BenchmarkReceive(b *testing.B) {
 	}
 	recs := make([]*cmb.Record, b.N)
 	r := mrand.New(mrand.NewSource(1))
-	vocab := benchWords(r, 4096)
+	vocab := benchtext.Vocab(r, 4096)
 	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
 	for i := range recs {
 		var f cmb.Fields
 		for j := range f {
-			f[j].Text = benchText(fmt.Sprintf("%s %d:", cmb.FieldNames[j], i), vocab, z)
+			f[j].Text = benchtext.Field(fmt.Sprintf("%s %d:", cmb.FieldNames[j], i), 300, vocab, z)
 		}
 		if recs[i], err = cmb.Build(cmb.Draft{Fields: f, Group: "alpha", CreatedBy: aliceID.NodeID, CreatedAt: 1_751_000_000_000 + int64(i)}, aliceID.Ed25519); err != nil {
 			b.Fatal(err)
@@ -116,33 +116,4 @@ func BenchmarkReceive(b *testing.B) {
 	b.ReportMetric(float64(bare.Nanoseconds())/1000, "µs/bare-verify")
 	b.ReportMetric(float64(after.Commits-before.Commits)*1000/float64(b.N), "commits/1000-records")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "records/s")
-}
-
-// benchWords is n made-up words of two to four syllables.
-func benchWords(r *mrand.Rand, n int) []string {
-	syl := []string{"ka", "lo", "mi", "ren", "to", "sa", "vel", "dor", "in", "qua", "ber", "ni", "pol", "ust", "ee", "fra"}
-	seen := map[string]bool{}
-	var out []string
-	for len(out) < n {
-		var w strings.Builder
-		for range 2 + r.Intn(3) {
-			w.WriteString(syl[r.Intn(len(syl))])
-		}
-		if !seen[w.String()] {
-			seen[w.String()] = true
-			out = append(out, w.String())
-		}
-	}
-	return out
-}
-
-// benchText is a 300-byte field text: head, then words drawn by z.
-func benchText(head string, vocab []string, z *mrand.Zipf) string {
-	var t strings.Builder
-	t.WriteString(head)
-	for t.Len() < 300 {
-		t.WriteByte(' ')
-		t.WriteString(vocab[z.Uint64()])
-	}
-	return t.String()[:300]
 }

@@ -396,18 +396,28 @@ type Hit struct {
 
 // Search ranks records against query with per-field BM25 plus recency.
 func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.searchable(ctx); err != nil {
 		return nil, err
 	}
+	return s.searchTerms(ctx, s.idx.termer.terms(Tokenize(query)), o)
+}
+
+// searchable refuses a search of a closed store or a done context.
+func (s *Store) searchable(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// searchTerms is Search of the query's terms, repeats included.
+func (s *Store) searchTerms(ctx context.Context, qterms []string, o SearchOptions) ([]Hit, error) {
 	normalizeSearch(&o)
 	asOf := o.AsOf
 	if asOf.IsZero() {
 		asOf = s.opts.Now()
 	}
-	qterms := uniq(s.idx.termer.terms(Tokenize(query)))
+	qterms = uniq(qterms)
 	if len(qterms) == 0 {
 		return nil, nil
 	}
@@ -444,16 +454,8 @@ func (s *Store) Terms(texts [NumFields]string) *Terms {
 // "neutral" has no terms, so it adds nothing (Search would look for the
 // word).
 func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o SearchOptions) ([]Hit, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.searchable(ctx); err != nil {
 		return nil, err
-	}
-	normalizeSearch(&o)
-	asOf := o.AsOf
-	if asOf.IsZero() {
-		asOf = s.opts.Now()
 	}
 	var n int32
 	for _, f := range fields {
@@ -463,14 +465,7 @@ func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o Searc
 	for _, f := range fields {
 		qterms = append(qterms, t.rt.toks[t.rt.start(f):t.rt.ends[f]]...)
 	}
-	qterms = uniq(qterms)
-	if len(qterms) == 0 {
-		return nil, nil
-	}
-	if err := s.waitIndexed(ctx); err != nil {
-		return nil, err
-	}
-	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
+	return s.searchTerms(ctx, qterms, o)
 }
 
 // normalizeSearch gives o's unset settings their defaults.
