@@ -2,7 +2,6 @@ package node
 
 import (
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/cmbnode/cmbnode/node/embed"
@@ -34,22 +33,30 @@ type hashedRecord []hashedField
 
 // hashScratch is hashFields's working memory for a kernel of dim.
 type hashScratch struct {
-	counts []int32  // dim
-	idx    []uint16 // dim+1
-	cnt    []int16  // dim+1
+	counts []int32 // dim
+	// idx and cnt hold each field's nonzero counts, dim+1 entries a field,
+	// until the record's are copied out together.
+	idx []uint16
+	cnt []int16
 }
 
 func newHashScratch(dim int) *hashScratch {
-	return &hashScratch{counts: make([]int32, dim), idx: make([]uint16, dim+1), cnt: make([]int16, dim+1)}
+	return &hashScratch{counts: make([]int32, dim)}
 }
 
 // hashFields counts the n-grams of each of texts' fields, in sc (of h.Dim).
 func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashedRecord {
 	hr := make(hashedRecord, 0, len(texts))
-	scratch, idx, cnt := sc.counts, sc.idx, sc.cnt
+	scratch := sc.counts
+	seg := len(scratch) + 1
+	if len(sc.idx) < len(texts)*seg {
+		sc.idx, sc.cnt = make([]uint16, len(texts)*seg), make([]int16, len(texts)*seg)
+	}
+	total := 0
 	for name, t := range texts {
 		clear(scratch)
 		h.Counts(t, scratch)
+		idx, cnt := sc.idx[len(hr)*seg:][:seg], sc.cnt[len(hr)*seg:][:seg]
 		// Σc² in integers: Normalize's float64 sum of the same squares is
 		// exact too (a field has at most 64 Ki n-grams), so they agree.
 		var ss int64
@@ -69,11 +76,22 @@ func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashed
 		}
 		f := hashedField{name: name, inv: 1 / math.Sqrt(float64(ss))}
 		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
-			f.idx, f.cnt, f.lo, f.hi = slices.Clone(idx[:nz]), slices.Clone(cnt[:nz]), int16(lo), int16(hi)
+			f.idx, f.cnt, f.lo, f.hi = idx[:nz], cnt[:nz], int16(lo), int16(hi) // copied out below
+			total += nz
 		} else {
 			f.c32 = append([]int32(nil), scratch...)
 		}
 		hr = append(hr, f)
+	}
+	// One allocation each for the record's indices and counts, which the
+	// cache keeps.
+	idxs, cnts := make([]uint16, 0, total), make([]int16, 0, total)
+	for i := range hr {
+		if f := &hr[i]; f.c32 == nil {
+			n := len(f.idx)
+			idxs, cnts = append(idxs, f.idx...), append(cnts, f.cnt...)
+			f.idx, f.cnt = idxs[len(idxs)-n:len(idxs):len(idxs)], cnts[len(cnts)-n:len(cnts):len(cnts)]
+		}
 	}
 	return hr
 }

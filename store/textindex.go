@@ -457,16 +457,25 @@ func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o Searc
 	if err := s.searchable(ctx); err != nil {
 		return nil, err
 	}
-	var n int32
-	for _, f := range fields {
-		n += t.rt.ends[f] - t.rt.start(f)
+	buf, _ := queryBufs.Get().(*[]string)
+	if buf == nil {
+		buf = new([]string)
 	}
-	qterms := make([]string, 0, n)
+	qterms := (*buf)[:0]
 	for _, f := range fields {
 		qterms = append(qterms, t.rt.toks[t.rt.start(f):t.rt.ends[f]]...)
 	}
-	return s.searchTerms(ctx, qterms, o)
+	hits, err := s.searchTerms(ctx, qterms, o)
+	if cap(qterms) <= 1<<12 { // a record of long texts' buffer is not kept
+		clear(qterms[:cap(qterms)]) // they point into the record's texts
+		*buf = qterms[:0]
+		queryBufs.Put(buf)
+	}
+	return hits, err
 }
+
+// queryBufs recycles SearchTerms' query terms: the search keeps none.
+var queryBufs sync.Pool
 
 // normalizeSearch gives o's unset settings their defaults.
 func normalizeSearch(o *SearchOptions) {
