@@ -68,6 +68,7 @@ var rules = []struct {
 	{"github.com/cmbnode/cmbnode/node/groupkey", true, []string{"github.com/cmbnode/cmbnode/cmb", "github.com/cmbnode/cmbnode/e2e", "github.com/cmbnode/cmbnode/store", "github.com/cmbnode/cmbnode/node", "github.com/cmbnode/cmbnode/node/mesh", "github.com/cmbnode/cmbnode/node/config", "github.com/cmbnode/cmbnode/lineage/...", badger, libp2p}, "group secrets stand alone: bytes in, bytes out"},
 	{"github.com/cmbnode/cmbnode/node/secretfile", true, []string{"github.com/cmbnode/cmbnode/..."}, "secret files stand alone"},
 	{"github.com/cmbnode/cmbnode/internal/opt", true, []string{"github.com/cmbnode/cmbnode/..."}, "the options rule stands alone"},
+	{"github.com/cmbnode/cmbnode/internal/benchtext", true, []string{"github.com/cmbnode/cmbnode/..."}, "the benchmarks' texts stand alone"},
 	{"github.com/cmbnode/cmbnode/internal/logx", true, []string{"github.com/cmbnode/cmbnode/...", badger, libp2p}, "the log handlers stand alone"},
 	{"github.com/cmbnode/cmbnode/lineage/walk", true, []string{"github.com/cmbnode/cmbnode/store", badger, libp2p}, "the walks serve any graph, store or CGP backend"},
 	{"github.com/cmbnode/cmbnode/lineage", false, []string{badger, libp2p, "github.com/cmbnode/cmbnode/node/..."}, "lineage reads through store's API, never badger"},

@@ -88,7 +88,12 @@ type admission struct {
 	timeout         time.Duration
 	hashed          embed.Hashed
 
-	vecs anchorVectors // hashed vectors of anchors, by key
+	vecs anchorVectors // hashed counts of anchors, by key
+	// scratches (*hashScratch) and slabs ([]float64) are judge's working
+	// memory, recycled: a judgement's vectors are about 150 KB (the
+	// record's seven dense 512-dimension fields, ten anchors' nonzero
+	// entries), and Evaluate keeps none of them.
+	scratches, slabs sync.Pool
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -215,8 +220,10 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 }
 
 // anchorKeys picks the anchors for a record of group with texts, newest
-// first then nearest, without repeats.
-func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]string) ([]store.KeyTime, error) {
+// first then nearest, without repeats. The nearest are found from the
+// record's index terms (all of its texts'), which it returns for the
+// record's indexing (nil if no search was made).
+func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string) ([]store.KeyTime, *store.Terms, error) {
 	var out []store.KeyTime
 	seen := map[string]bool{}
 	if n.adm.recent > 0 {
@@ -231,20 +238,44 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	var terms *store.Terms
 	if n.adm.nearest > 0 {
-		var q strings.Builder
-		for _, name := range cmb.FieldNames {
+		// The query is the evaluable texts, in field order, each ended by
+		// a newline. When none lost more than ASCII white space to
+		// trimming, its terms are those the record is indexed under, made
+		// once for both.
+		fields := make([]int, 0, len(texts))
+		trimmed := false
+		for i, name := range cmb.FieldNames {
 			if t, ok := texts[name]; ok {
-				q.WriteString(t)
-				q.WriteByte('\n')
+				fields = append(fields, i)
+				// ASCII white space, which the tokeniser cuts at, never
+				// changes a term.
+				trimmed = trimmed || t != strings.Trim(all[i], " \t\n\r\f\v")
 			}
 		}
-		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms})
+		terms = n.st.Terms(all)
+		o := store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms}
+		var hits []store.Hit
+		var err error
+		if trimmed {
+			// Other white space at either end can be part of a word
+			// (U+202F joins letters in UAX #29): search the texts as
+			// trimmed.
+			var q strings.Builder
+			for _, f := range fields {
+				q.WriteString(texts[cmb.FieldNames[f]])
+				q.WriteByte('\n')
+			}
+			hits, err = n.st.Search(ctx, q.String(), o)
+		} else {
+			hits, err = n.st.SearchTerms(ctx, terms, fields, o)
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		added := 0
 		for _, h := range hits {
@@ -258,25 +289,27 @@ func (n *Node) anchorKeys(ctx context.Context, group string, texts map[string]st
 			}
 		}
 	}
-	return out, nil
+	return out, terms, nil
 }
 
 // judge evaluates a checked broadcast record against the anchors and
 // returns the verdict with the annexes to store beside the record.
-func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, error) {
-	texts := fieldTexts(rec.Fields.Texts())
+func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, *store.Terms, error) {
+	all := rec.Fields.Texts()
+	texts := fieldTexts(all)
 	now := n.now()
-	kts, err := n.anchorKeys(ctx, rec.Group, texts)
+	kts, terms, err := n.anchorKeys(ctx, rec.Group, all, texts)
 	if err != nil {
-		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	anchors := make([]svaf.Anchor, 0, len(kts))
-	// An anchor whose hashed vectors are cached needs no read: its texts
-	// only ever make those vectors.
+	// An anchor whose hashed counts are cached needs no read: its texts
+	// only ever make those counts.
 	anchorTexts := make([]map[string]string, 0, len(kts))
-	cached := make([]svaf.Vectors, 0, len(kts))
+	cached := make([]hashedRecord, 0, len(kts))
+	hit := make([]bool, 0, len(kts))
 	for _, kt := range kts {
-		v, ok := n.adm.vecs.get(kt.Key)
+		hr, ok := n.adm.vecs.get(kt.Key)
 		var at map[string]string
 		if !ok {
 			r, err := n.st.GetLineage(ctx, kt.Key)
@@ -284,26 +317,36 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 				continue
 			}
 			if err != nil {
-				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+				return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
 			}
 			at = fieldTexts(r.Texts)
 		}
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
-		anchorTexts, cached = append(anchorTexts, at), append(cached, v)
+		anchorTexts, cached, hit = append(anchorTexts, at), append(cached, hr), append(hit, ok)
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
 		kernel = n.adm.hashed.Kernel().ID
-		in = hashedVectors(n.adm.hashed, texts)
+		dim := n.adm.hashed.Dim
+		scratch := n.adm.scratch(dim)
+		hin := hashFields(n.adm.hashed, texts, scratch)
 		// The record is the next one's newest anchor, most likely.
-		n.adm.vecs.put(rec.Key, in)
+		n.adm.vecs.put(rec.Key, hin)
+		size := len(hin) * dim
 		for i := range anchors {
-			v := cached[i]
-			if v == nil {
-				v = hashedVectors(n.adm.hashed, anchorTexts[i])
-				n.adm.vecs.put(anchors[i].Key, v)
+			if !hit[i] {
+				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], scratch)
+				n.adm.vecs.put(anchors[i].Key, cached[i])
 			}
-			anchors[i].Vectors = v
+			size += cached[i].slabSize(dim)
+		}
+		n.adm.scratches.Put(scratch)
+		slab := n.adm.slab(size)
+		defer n.adm.slabs.Put(slab)
+		in = hin.vectors(*slab, dim)
+		rest := (*slab)[len(hin)*dim:]
+		for i := range anchors {
+			rest = cached[i].anchor(&anchors[i], rest, dim)
 		}
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.
@@ -315,27 +358,32 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	annexes, err := verdictAnnex(out)
 	if err != nil {
-		return verdictRecord{}, nil, err
+		return verdictRecord{}, nil, nil, err
 	}
 	if dense != nil {
 		annexes = append(annexes, store.ItemAnnex{NS: n.dense.ns, Value: encodeFields(n.dense.k.Dim, dense)})
 	}
-	return out, annexes, nil
+	return out, annexes, terms, nil
+}
+
+// scratch is hashFields's working memory for dim.
+func (a *admission) scratch(dim int) *hashScratch {
+	if p, ok := a.scratches.Get().(*hashScratch); ok && len(p.counts) == dim {
+		return p
+	}
+	return newHashScratch(dim)
+}
+
+// slab is a buffer of at least n float64s, for hashedRecord.vectors.
+func (a *admission) slab(n int) *[]float64 {
+	if p, ok := a.slabs.Get().(*[]float64); ok && len(*p) >= n {
+		return p
+	}
+	b := make([]float64, n)
+	return &b
 }
 
 func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }
-
-func hashedVectors(h embed.Hashed, texts map[string]string) svaf.Vectors {
-	out := make(svaf.Vectors, len(texts))
-	for f, t := range texts {
-		v := h.Vector(t)
-		if embed.Dot(v, v) == 0 {
-			continue // no word: nothing to compare
-		}
-		out[f] = to64(v)
-	}
-	return out
-}
 
 func to64(v []float32) []float64 {
 	out := make([]float64, len(v))

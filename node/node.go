@@ -205,13 +205,16 @@ func (n *Node) Connect(ctx context.Context, addr string) (PeerInfo, error) {
 
 // Node is a running node's core. Its methods are safe for concurrent use.
 type Node struct {
-	id    *identity.Identity
-	group string
-	home  string
-	st    *store.Store
-	bus   *events.Bus
-	log   *slog.Logger
-	now   func() time.Time
+	id *identity.Identity
+	// ownPub and ownX are id's keys as frames carry them, encoded once:
+	// every record this node publishes carries them.
+	ownPub, ownX string
+	group        string
+	home         string
+	st           *store.Store
+	bus          *events.Bus
+	log          *slog.Logger
+	now          func() time.Time
 
 	mu   sync.RWMutex
 	mesh Mesh
@@ -273,6 +276,7 @@ func Open(opts Options) (*Node, error) {
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
 		retriever: opts.Retriever, rp: defaultRankParams, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
+		ownPub: opts.Identity.PublicKeyB64(), ownX: opts.Identity.E2EPublicKeyDER(),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
@@ -643,7 +647,13 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 // stores nothing. A new record is queued for the dense encoder, which never
 // makes this wait.
 func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta, annexes ...store.ItemAnnex) (Result, error) {
-	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes}})
+	return n.keepTerms(ctx, rec, m, nil, annexes...)
+}
+
+// keepTerms is keep with the record's index terms already made (nil: the
+// store makes them).
+func (n *Node) keepTerms(ctx context.Context, rec *cmb.Record, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes, Terms: terms}})
 	if err == nil {
 		err = rs[0].Err
 	}

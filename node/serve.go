@@ -143,7 +143,7 @@ func (n *Node) Has(ctx context.Context, key string) (bool, error) {
 // treated as holding no pin.
 func (n *Node) FrameKeys(ctx context.Context, author string) (pub, x string) {
 	if strings.EqualFold(author, n.id.NodeID) {
-		return n.id.PublicKeyB64(), n.id.E2EPublicKeyDER()
+		return n.ownPub, n.ownX
 	}
 	p, err := n.st.GetPeer(ctx, strings.ToLower(author))
 	if err != nil {

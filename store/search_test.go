@@ -360,3 +360,105 @@ func TestRelevanceIsStable(t *testing.T) {
 		t.Fatalf("an unmatched query word did not lower relevance: %v >= %v", more[both.Key], rel[both.Key])
 	}
 }
+
+// TestSearchTerms: a search from a record's Terms finds what Search finds
+// for its trimmed field texts joined by newlines, and a store indexed from
+// Item.Terms ranks exactly as one that tokenised the texts itself.
+func TestSearchTerms(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(8, 9))
+	words := []string{"sync", "network", "Peers", "latency", "release", "ships", "friday", "the", "it's",
+		"straße", "café", "東京", "3.14", "can't", "zephyrine", "quorum", "Ünïcode", "neutral", "x"}
+	seps := []string{" ", " ", ", ", ". ", "\n", "\u00a0", "\u3000", " 🙂 ", "-"}
+	text := func() string {
+		switch rng.IntN(8) {
+		case 0:
+			return "neutral"
+		case 1:
+			return " Neutral "
+		}
+		var b strings.Builder
+		if rng.IntN(3) == 0 {
+			b.WriteString(seps[rng.IntN(len(seps))])
+		}
+		for range 1 + rng.IntN(12) {
+			b.WriteString(words[rng.IntN(len(words))])
+			b.WriteString(seps[rng.IntN(len(seps))])
+		}
+		return b.String()
+	}
+	plain, withTerms := openTest(t, t.TempDir()), openTest(t, t.TempDir())
+	var es []Entry
+	for i := range 300 {
+		var texts []string
+		for range NumFields {
+			texts = append(texts, text())
+		}
+		e := mkEntry(fmt.Sprintf("r%d", i), testBase+int64(i), texts...)
+		es = append(es, e)
+		mustPut(t, plain, e)
+		res, err := withTerms.PutMany(ctx, []Item{{Entry: e, Meta: Meta{Source: "local"}, Terms: withTerms.Terms(e.Texts)}})
+		if err != nil || res[0].Err != nil {
+			t.Fatal(err, res[0].Err)
+		}
+	}
+	for i := range 200 {
+		e := es[rng.IntN(len(es))]
+		var fields []int
+		var q strings.Builder
+		for f, tx := range e.Texts {
+			if rng.IntN(4) > 0 && tx != neutralText { // a "neutral" field has no terms
+				fields = append(fields, f)
+				q.WriteString(strings.TrimSpace(tx))
+				q.WriteByte('\n')
+			}
+		}
+		o := SearchOptions{Limit: 1 + rng.IntN(20), Group: "g1", MaxTerms: rng.IntN(6)}
+		want, err := plain.Search(ctx, q.String(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*Store{plain, withTerms} {
+			got, err := s.SearchTerms(ctx, s.Terms(e.Texts), fields, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("query %d (%q): %d hits, Search gives %d", i, q.String(), len(got), len(want))
+			}
+			for k := range got {
+				if got[k].Key != want[k].Key || got[k].Score != want[k].Score || got[k].Relevance != want[k].Relevance {
+					t.Fatalf("query %d (%q) hit %d: %+v, Search gives %+v", i, q.String(), k, got[k], want[k])
+				}
+			}
+		}
+	}
+}
+
+// TestUniq: uniq keeps each term's first occurrence, in order, for inputs
+// from empty to larger than the tables it recycles.
+func TestUniq(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 3))
+	for trial := range 400 {
+		n := rng.IntN(50)
+		if trial%100 == 99 {
+			n = 20000
+		}
+		vocab := 1 + rng.IntN(2*n+1)
+		in := make([]string, n)
+		for i := range in {
+			in[i] = fmt.Sprintf("t%d", rng.IntN(vocab))
+		}
+		var want []string
+		seen := map[string]bool{}
+		for _, x := range in {
+			if !seen[x] {
+				seen[x] = true
+				want = append(want, x)
+			}
+		}
+		if got := uniq(slices.Clone(in)); !slices.Equal(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("trial %d: uniq(%d terms) = %d terms, want %d", trial, n, len(got), len(want))
+		}
+	}
+}

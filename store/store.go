@@ -226,6 +226,8 @@ type Store struct {
 	dir  string
 	opts Options
 
+	peers peerCache // roster entries as read (GetPeer)
+
 	jobs    chan *job
 	closing chan struct{}
 	wdone   chan struct{}

@@ -211,6 +211,14 @@ type recordTokens struct {
 	ends [NumFields]int32
 }
 
+// start is where field f's tokens begin.
+func (rt *recordTokens) start(f int) int32 {
+	if f == 0 {
+		return 0
+	}
+	return rt.ends[f-1]
+}
+
 var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 
 // addTexts tokenises a record's texts and adds it. Tokens go straight to
@@ -219,6 +227,14 @@ var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 // the record's own distinct terms.
 func (x *textIndex) addTexts(key string, at int64, group string, texts [NumFields]string) {
 	rt := tokenBufs.Get().(*recordTokens)
+	x.tokens(rt, texts)
+	x.addTokens(key, at, group, rt)
+	clear(rt.toks[:cap(rt.toks)]) // they point into the record's texts, stop words too
+	tokenBufs.Put(rt)
+}
+
+// tokens sets rt to the terms of texts, field after field.
+func (x *textIndex) tokens(rt *recordTokens, texts [NumFields]string) {
 	rt.toks = rt.toks[:0]
 	for f, t := range texts {
 		if t != neutralText {
@@ -230,11 +246,13 @@ func (x *textIndex) addTexts(key string, at int64, group string, texts [NumField
 		}
 		rt.ends[f] = int32(len(rt.toks))
 	}
+}
+
+// addTokens adds a document from its tokens (tokens).
+func (x *textIndex) addTokens(key string, at int64, group string, rt *recordTokens) {
 	x.mu.Lock()
 	x.addTokensLocked(key, at, group, rt)
 	x.mu.Unlock()
-	clear(rt.toks[:cap(rt.toks)]) // they point into the record's texts, stop words too
-	tokenBufs.Put(rt)
 }
 
 // addTokensLocked adds a document from its tokens, with the postings

@@ -6,8 +6,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -195,6 +195,7 @@ type scoreScratch struct {
 	live    []uint32
 	cands   []uint32
 	tab     partTable
+	qs      []queryTerm // the query's terms, as queryTerms finds them
 }
 
 // partTable holds BM25's term-frequency factor for tf < partTF and field
@@ -395,18 +396,28 @@ type Hit struct {
 
 // Search ranks records against query with per-field BM25 plus recency.
 func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.searchable(ctx); err != nil {
 		return nil, err
 	}
+	return s.searchTerms(ctx, s.idx.termer.terms(Tokenize(query)), o)
+}
+
+// searchable refuses a search of a closed store or a done context.
+func (s *Store) searchable(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// searchTerms is Search of the query's terms, repeats included.
+func (s *Store) searchTerms(ctx context.Context, qterms []string, o SearchOptions) ([]Hit, error) {
 	normalizeSearch(&o)
 	asOf := o.AsOf
 	if asOf.IsZero() {
 		asOf = s.opts.Now()
 	}
-	qterms := uniq(s.idx.termer.terms(Tokenize(query)))
+	qterms = uniq(qterms)
 	if len(qterms) == 0 {
 		return nil, nil
 	}
@@ -416,6 +427,55 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	}
 	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
 }
+
+// Terms are a record's text-index terms, field by field, as the index
+// makes them from its texts: Tokenize's words, stop words dropped and the
+// rest stemmed; a field that is exactly "neutral" has none. Made once,
+// they serve both a search by the record's own text (SearchTerms) and its
+// indexing (Item.Terms), which would otherwise each tokenise the texts.
+// They refer to the texts' memory.
+type Terms struct{ rt recordTokens }
+
+// Terms makes texts' index terms.
+func (s *Store) Terms(texts [NumFields]string) *Terms {
+	t := new(Terms)
+	n := 0
+	for _, x := range texts {
+		n += len(x)
+	}
+	t.rt.toks = make([]string, 0, n/4+8) // more than most texts' words, so no regrowth
+	s.idx.tokens(&t.rt, texts)
+	return t
+}
+
+// SearchTerms is Search with, as the query, the texts of t's fields in
+// fields (by index, ascending), each ended by a newline: it finds what
+// that Search finds, from terms already made. A field that is exactly
+// "neutral" has no terms, so it adds nothing (Search would look for the
+// word).
+func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o SearchOptions) ([]Hit, error) {
+	if err := s.searchable(ctx); err != nil {
+		return nil, err
+	}
+	buf, _ := queryBufs.Get().(*[]string)
+	if buf == nil {
+		buf = new([]string)
+	}
+	qterms := (*buf)[:0]
+	for _, f := range fields {
+		qterms = append(qterms, t.rt.toks[t.rt.start(f):t.rt.ends[f]]...)
+	}
+	hits, err := s.searchTerms(ctx, qterms, o)
+	if cap(qterms) <= 1<<12 { // a record of long texts' buffer is not kept
+		clear(qterms[:cap(qterms)]) // they point into the record's texts
+		*buf = qterms[:0]
+		queryBufs.Put(buf)
+	}
+	return hits, err
+}
+
+// queryBufs recycles SearchTerms' query terms: the search keeps none.
+var queryBufs sync.Pool
 
 // normalizeSearch gives o's unset settings their defaults.
 func normalizeSearch(o *SearchOptions) {
@@ -461,17 +521,46 @@ func (s *Store) Relevance(ctx context.Context, query string, keys []string, o Se
 	return s.idx.relevance(qterms, keys, o), nil
 }
 
+// uniq drops repeated terms in place, keeping each one's first occurrence
+// in order.
 func uniq(in []string) []string {
-	seen := make(map[string]struct{}, len(in))
-	out := in[:0]
+	if len(in) < 2 {
+		return in
+	}
+	// An open-addressing set of the terms kept, at most half full: each
+	// slot holds a term's hash and its index in out, plus one (0 is empty).
+	size := 1 << bits.Len(uint(2*len(in)-1))
+	p, _ := uniqSets.Get().(*[]uint64)
+	if p == nil || len(*p) < size {
+		b := make([]uint64, size)
+		p = &b
+	}
+	slots, mask := (*p)[:size], uint32(size-1)
+	out := in[:0] // never past the term being read
 	for _, t := range in {
-		if _, ok := seen[t]; !ok {
-			seen[t] = struct{}{}
-			out = append(out, t)
+		h := termHash(t)
+		for i := h & mask; ; i = (i + 1) & mask {
+			s := slots[i]
+			if s == 0 {
+				out = append(out, t)
+				slots[i] = uint64(h)<<32 | uint64(len(out))
+				break
+			}
+			if uint32(s>>32) == h && out[uint32(s)-1] == t {
+				break
+			}
 		}
+	}
+	clear(slots)
+	if len(*p) <= 1<<14 {
+		uniqSets.Put(p)
 	}
 	return out
 }
+
+// uniqSets recycles uniq's tables: a query of a whole record's text has a
+// few hundred terms, and a map for them was most of a search's allocation.
+var uniqSets sync.Pool
 
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	var hits []Hit
@@ -512,6 +601,12 @@ type queryTerm struct {
 // most the query could score (the divisor of Hit.Relevance). The caller
 // holds the lock, with the delta merged.
 func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	return x.queryTermsInto(make([]queryTerm, 0, len(qterms)), qterms, o)
+}
+
+// queryTermsInto is queryTerms appending to buf (which it may reorder).
+func (x *textIndex) queryTermsInto(buf []queryTerm, qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	qs = buf[:0]
 	n := float64(x.live)
 	k1 := o.K1
 	maxW := 0.0
@@ -542,8 +637,19 @@ func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm
 		}
 	}
 	if o.MaxTerms > 0 && len(qs) > o.MaxTerms {
-		slices.SortStableFunc(qs, func(a, b queryTerm) int { return cmp.Compare(len(a.post), len(b.post)) })
-		qs = qs[:o.MaxTerms]
+		// The rarest, ties in query order: a stable sort by posting count,
+		// done on (count, position) pairs rather than moving the terms.
+		order := make([]uint64, len(qs))
+		for i := range qs {
+			order[i] = uint64(len(qs[i].post))<<32 | uint64(i)
+		}
+		slices.Sort(order)
+		// Copied out first: a kept term may sit where another is to go.
+		kept := make([]queryTerm, o.MaxTerms)
+		for i := range kept {
+			kept[i] = qs[uint32(order[i])]
+		}
+		qs = append(qs[:0], kept...)
 	}
 	return qs, attainable
 }
@@ -628,6 +734,9 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			return nil
 		}
 		gname = g
+		// Groups are only ever added: if this is the one group ever
+		// indexed, every document is in it.
+		filterGroup = len(x.groups) > 1
 	}
 	k1, b := o.K1, o.B
 	rw := max(o.RecencyWeight, 0)
@@ -657,8 +766,17 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
 	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
-	qs, attainable := x.queryTerms(qterms, o)
-	sort.Slice(qs, func(i, j int) bool { return qs[i].ub > qs[j].ub })
+	qs, attainable := x.queryTermsInto(sc.qs, qterms, o)
+	defer func() {
+		clear(qs[:cap(qs)]) // they hold posting lists
+		sc.qs = qs[:0]
+	}()
+	// By bound, highest first. slices.SortFunc runs the same pdqsort as
+	// sort.Slice did (both are generated from one template), so terms of
+	// equal bound stay in the order they had and scores add up the same;
+	// it only spares sort.Slice's reflection (its swapper moves 88-byte
+	// terms through typedmemmove).
+	slices.SortFunc(qs, func(a, b queryTerm) int { return cmp.Compare(b.ub, a.ub) })
 	rest := make([]float64, len(qs)+1)
 	for i := len(qs) - 1; i >= 0; i-- {
 		rest[i] = rest[i+1] + qs[i].ub
@@ -780,14 +898,25 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		hit.Score = hit.Text + hit.Recency
 		hit.Relevance = min(hit.Text/attainable, 1)
 		if len(h) < o.Limit {
-			heap.Push(&h, hit)
+			// heap.Push without boxing the hit: Fix of the new last
+			// element only sifts it up.
+			h = append(h, hit)
+			heap.Fix(&h, len(h)-1)
 		} else if better(hit, h[0]) {
 			h[0] = hit
 			heap.Fix(&h, 0)
 		}
 	}
 	out := []Hit(h)
-	sort.Slice(out, func(i, j int) bool { return better(out[i], out[j]) })
+	slices.SortFunc(out, func(a, b Hit) int { // better is a total order
+		switch {
+		case better(a, b):
+			return -1
+		case better(b, a):
+			return 1
+		}
+		return 0
+	})
 	return out
 }
 

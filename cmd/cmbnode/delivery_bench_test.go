@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // The two-daemon delivery workload (issue #23): two real daemons on
@@ -248,7 +249,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	// The request lines are built before the clock starts, so the driver's
 	// own cost is one write per CMB.
 	r := rand.New(rand.NewSource(stamp))
-	vocab := benchVocab(r, 4096)
+	vocab := benchtext.Vocab(r, 4096)
 	z := rand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
 	lines := make([][]byte, n)
 	for i := range lines {
@@ -402,34 +403,10 @@ func standardRemember(i int, stamp int64, vocab []string, z *rand.Zipf) []byte {
 	names := [...]string{"focus", "issue", "intent", "motivation", "commitment", "perspective", "mood"}
 	fields := map[string]string{}
 	for _, name := range names {
-		var t strings.Builder
-		fmt.Fprintf(&t, "%s %d of %d:", name, i, stamp)
-		for t.Len() < fieldBytes {
-			t.WriteByte(' ')
-			t.WriteString(vocab[z.Uint64()])
-		}
-		fields[name] = t.String()[:fieldBytes]
+		fields[name] = benchtext.Field(fmt.Sprintf("%s %d of %d:", name, i, stamp), fieldBytes, vocab, z)
 	}
 	line, _ := json.Marshal(map[string]any{"type": "remember", "id": i, "fields": fields})
 	return append(line, '\n')
-}
-
-// benchVocab is n made-up words of two to four syllables.
-func benchVocab(r *rand.Rand, n int) []string {
-	syl := []string{"ka", "lo", "mi", "ren", "to", "sa", "vel", "dor", "in", "qua", "ber", "ni", "pol", "ust", "ee", "fra"}
-	seen := map[string]bool{}
-	var out []string
-	for len(out) < n {
-		var w strings.Builder
-		for range 2 + r.Intn(3) {
-			w.WriteString(syl[r.Intn(len(syl))])
-		}
-		if !seen[w.String()] {
-			seen[w.String()] = true
-			out = append(out, w.String())
-		}
-	}
-	return out
 }
 
 func dialRaw(b *testing.B, sock string) net.Conn {

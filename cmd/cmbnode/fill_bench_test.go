@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // BenchmarkFill10k stores 10,000 standard CMBs (7 fields × 300 bytes)
@@ -27,7 +29,7 @@ func BenchmarkFill10k(b *testing.B) {
 	d := startDaemon(b, home)
 	conn := dialRaw(b, d.sock)
 	r := rand.New(rand.NewSource(1))
-	vocab := benchVocab(r, 4096)
+	vocab := benchtext.Vocab(r, 4096)
 	z := rand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
 	stamp := time.Now().UnixNano()
 	// Requests with ids, 64 ahead of their replies, as a busy agent sends.

@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // BenchmarkIdlessRemembers is one connection sending standard remembers
@@ -16,7 +18,7 @@ func BenchmarkIdlessRemembers(b *testing.B) {
 	d := startDaemon(b, b.TempDir())
 	conn := dialRaw(b, d.sock)
 	r := rand.New(rand.NewSource(2))
-	vocab := benchVocab(r, 4096)
+	vocab := benchtext.Vocab(r, 4096)
 	z := rand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
 	stamp := time.Now().UnixNano()
 	lines := make([][]byte, n)

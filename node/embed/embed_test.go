@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -206,6 +207,26 @@ func TestHashedMatchesStringHashing(t *testing.T) {
 		for i := range want {
 			if got[i] != want[i] {
 				t.Fatalf("%q: bucket %d is %v, hashing strings gives %v", text, i, got[i], want[i])
+			}
+		}
+	}
+	// Random ASCII (letters, digits, separators) through the default
+	// kernel's streamed trigrams and the general path of other kernels.
+	r := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aAbBzZ09 ,.-_'\t\n\x00\x7f"
+	for _, k := range []Hashed{h, {N: 2, Dim: 512}, {N: 4, Dim: 300}, {N: 3, Dim: 100}} {
+		for range 300 {
+			b := make([]byte, r.IntN(40))
+			for i := range b {
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			}
+			text := string(b)
+			want := hashedByString(k, text)
+			got := k.Vector(text)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("kernel %+v, %q: bucket %d is %v, hashing strings gives %v", k, text, i, got[i], want[i])
+				}
 			}
 		}
 	}

@@ -39,17 +39,34 @@ func (h Hashed) Encode(_ context.Context, texts []string) ([][]float32, error) {
 	return out, nil
 }
 
-// Vector is one text's vector; all zero for a text with no word.
+// Vector is one text's vector; all zero for a text with no word: its
+// Counts, L2-normalised.
+func (h Hashed) Vector(text string) []float32 {
+	c := make([]int32, h.Dim)
+	h.Counts(text, c)
+	v := make([]float32, h.Dim)
+	for i, x := range c {
+		v[i] = float32(x) // exact: a count is far below 2^24
+	}
+	Normalize(v)
+	return v
+}
+
+// Counts adds text's signed n-gram counts into c (of length Dim): Vector
+// before normalisation.
 //
 // Each n-gram's bucket is FNV-1a (64-bit) of the n-gram's UTF-8 bytes,
-// computed in place: the vectors are those of hashing each n-gram as a
+// computed in place: the counts are those of hashing each n-gram as a
 // string, without a hasher or a string per n-gram.
-func (h Hashed) Vector(text string) []float32 {
-	v := make([]float32, h.Dim)
+func (h Hashed) Counts(text string, c []int32) {
+	c = c[:h.Dim]
 	if isASCII(text) {
-		h.addASCII(v, text)
-		Normalize(v)
-		return v
+		if h.N == 3 && h.Dim&(h.Dim-1) == 0 {
+			addASCII3(c, text)
+		} else {
+			h.addASCII(c, text)
+		}
+		return
 	}
 	text = strings.ToLower(norm.NFC.String(text))
 	g := make([]rune, 0, 32) // the word with its boundary marks
@@ -68,7 +85,7 @@ func (h Hashed) Vector(text string) []float32 {
 					x *= fnvPrime64
 				}
 			}
-			h.count(v, x)
+			h.count(c, x)
 		}
 		g = g[:1]
 	}
@@ -81,8 +98,6 @@ func (h Hashed) Vector(text string) []float32 {
 		flush()
 	}
 	flush()
-	Normalize(v)
-	return v
 }
 
 // FNV-1a's 64-bit parameters (hash/fnv).
@@ -103,7 +118,7 @@ func isASCII(s string) bool {
 // addASCII is Vector's n-gram counting for ASCII text, which NFC leaves
 // as it is and whose letters and digits are single bytes: the same
 // buckets, without normalising, lowering or decoding the text first.
-func (h Hashed) addASCII(v []float32, text string) {
+func (h Hashed) addASCII(v []int32, text string) {
 	var buf [64]byte
 	w := append(buf[:0], '\x02') // the word with its boundary marks
 	flush := func() {
@@ -135,8 +150,64 @@ func (h Hashed) addASCII(v []float32, text string) {
 	flush()
 }
 
+// addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
+// kernel), streamed: each byte of a word (or its end mark) closes the
+// trigram of the two before it, so the word is never copied, and FNV-1a's
+// first step comes from a table.
+func addASCII3(v []int32, text string) {
+	mask := uint64(len(v) - 1)
+	add := func(x uint64) {
+		// The sign is the hash's top bit: +1 or -1 without a branch.
+		v[x&mask] += 1 - 2*int32(x>>63)
+	}
+	var a, b byte // the word's last two bytes
+	n := 0        // bytes of the word so far, its start mark included
+	for i := 0; i < len(text); i++ {
+		c := asciiFold[text[i]]
+		if c == 0 {
+			if n > 1 {
+				add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+			}
+			n = 0
+			continue
+		}
+		if n == 0 {
+			a, b, n = 2, c, 2 // '\x02' then c
+			continue
+		}
+		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ uint64(c)) * fnvPrime64)
+		a, b = b, c
+		n++
+	}
+	if n > 1 {
+		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+	}
+}
+
+// asciiFold maps an ASCII letter or digit to itself lowered, anything
+// else to 0 (a word boundary).
+var asciiFold = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case 'A' <= c && c <= 'Z':
+			t[c] = byte(c) + 'a' - 'A'
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			t[c] = byte(c)
+		}
+	}
+	return t
+}()
+
+// fnvStep1 is FNV-1a's state after one byte.
+var fnvStep1 = func() (t [256]uint64) {
+	for c := range t {
+		t[c] = (fnvOffset64 ^ uint64(c)) * fnvPrime64
+	}
+	return t
+}()
+
 // count adds an n-gram of hash x to its signed bucket.
-func (h Hashed) count(v []float32, x uint64) {
+func (h Hashed) count(v []int32, x uint64) {
 	var b uint64
 	if h.Dim&(h.Dim-1) == 0 {
 		b = x & uint64(h.Dim-1) // x % Dim, without a division

@@ -1074,7 +1074,7 @@ func (c *conn) process(msg []byte) bool {
 	// Text that is not UTF-8 is refused before anything of the request is
 	// used or echoed: repaired, it would be signed as text the agent did
 	// not send, and echoed raw (an id) it would make the reply invalid JSON.
-	if member, problem := badText(m); member != "" {
+	if member, problem := badTextRaw(msg, m); member != "" {
 		var id json.RawMessage
 		if member != "id" && validID(m["id"]) {
 			id = m["id"]

@@ -25,6 +25,18 @@ func badText(m message) (member, problem string) {
 	return "", ""
 }
 
+// badTextRaw is badText for msg, the request's raw JSON text, decoded as
+// m: when msg holds no bad text anywhere, no member does, and the walk
+// that names the bad member (it decodes every nested object again) is
+// spared. An escape cannot straddle what the walk looks at: backslashes
+// occur only inside strings, which members begin and end outside of.
+func badTextRaw(msg []byte, m message) (member, problem string) {
+	if badString(msg) == "" {
+		return "", ""
+	}
+	return badText(m)
+}
+
 func badTextIn(raw json.RawMessage, path string) (string, string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {

@@ -105,10 +105,24 @@ func (c Config) alpha(field string) float64 {
 // no vector (absent or "neutral" text) is not evaluable.
 type Vectors map[string][]float64
 
+// Sparse is a vector of Dim given by its nonzero entries: Value[k] at
+// Index[k], Index ascending.
+type Sparse struct {
+	Dim   int
+	Index []uint16
+	Value []float64
+}
+
 // Anchor is one prior record the incoming one is judged against.
 type Anchor struct {
 	Key     string
 	Vectors Vectors
+	// Sparse holds fields given by their nonzero entries instead (a field
+	// is in one or the other). Evaluate's sums then skip exact zeros, which
+	// changes none of them: every sum starts at +0 and adding ±0 to it
+	// leaves it as it is, so a verdict is the same to the bit as with the
+	// field dense. A hashed n-gram vector is about half zeros.
+	Sparse map[string]Sparse
 	// Age is how old the anchor is at evaluation time; Confidence scales
 	// its weight (0 is taken as 1, MMP's default).
 	Age        time.Duration
@@ -147,6 +161,7 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 	evaluable := 0
 	nearSum := make([]float64, len(anchors))
 	nearN := make([]int, len(anchors))
+	var fused []float64
 	// Fields in a fixed order, so sums round the same way on every run.
 	for _, f := range sortedFields(incoming) {
 		x := incoming[f]
@@ -154,15 +169,33 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 			continue
 		}
 		alpha := c.alpha(f)
-		fused := make([]float64, len(x))
+		if cap(fused) < len(x) {
+			fused = make([]float64, len(x))
+		}
+		fused = fused[:len(x)]
+		clear(fused)
 		var wsum float64
 		bestCos := math.Inf(-1)
+		xx := -1.0 // x·x, cosine's na, once a sparse field needs it
 		for i, a := range anchors {
 			v := a.Vectors[f]
-			if len(v) != len(x) {
+			sp, sparse := a.Sparse[f]
+			sparse = sparse && v == nil
+			if (sparse && sp.Dim != len(x)) || (!sparse && len(v) != len(x)) {
 				continue
 			}
-			cs := cosine(x, v)
+			var cs float64
+			if sparse {
+				if xx < 0 {
+					xx = 0
+					for _, e := range x {
+						xx += e * e
+					}
+				}
+				cs = sparseCosine(x, xx, sp)
+			} else {
+				cs = cosine(x, v)
+			}
 			nearSum[i] += cs
 			nearN[i]++
 			bestCos = max(bestCos, cs)
@@ -175,6 +208,12 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 				continue
 			}
 			wsum += w
+			if sparse {
+				for k, j := range sp.Index {
+					fused[j] += w * sp.Value[k]
+				}
+				continue
+			}
 			for j := range fused {
 				fused[j] += w * v[j]
 			}
@@ -232,6 +271,21 @@ func sortedFields(v Vectors) []string {
 		}
 	}
 	return out
+}
+
+// sparseCosine is cosine(x, v) for v given sparse (of x's length), with
+// na = x·x summed in index order: the same sums, less the zero terms.
+func sparseCosine(x []float64, na float64, v Sparse) float64 {
+	var dot, nb float64
+	for k, j := range v.Index {
+		y := v.Value[k]
+		dot += x[j] * y
+		nb += y * y
+	}
+	if na == 0 || nb == 0 {
+		return 0
+	}
+	return dot / math.Sqrt(na*nb)
 }
 
 // cosine is the cosine of two equal-length vectors; 0 if either is zero.

@@ -2,7 +2,9 @@ package svaf
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -110,5 +112,84 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := ParseDecision("admitted"); err == nil {
 		t.Fatal(`"admitted" parsed as a decision`)
+	}
+}
+
+// TestSparseAnchors: anchors given sparse get, to the bit, the verdict of
+// the same anchors given dense, with fields half zeros, some of another
+// dimension, some all zero, and dense and sparse fields mixed.
+func TestSparseAnchors(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	vec := func(n int) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			if r.IntN(2) == 0 {
+				v[i] = r.NormFloat64()
+			}
+		}
+		return v
+	}
+	sparse := func(v []float64) Sparse {
+		s := Sparse{Dim: len(v)}
+		for i, x := range v {
+			if x != 0 {
+				s.Index, s.Value = append(s.Index, uint16(i)), append(s.Value, x)
+			}
+		}
+		return s
+	}
+	names := []string{"focus", "issue", "mood"}
+	seen := map[Decision]int{}
+	for trial := range 300 {
+		in := Vectors{}
+		for _, f := range names {
+			if r.IntN(4) > 0 {
+				in[f] = vec(48)
+			}
+		}
+		var dense, mixed []Anchor
+		for i := range r.IntN(12) {
+			a := Anchor{Key: fmt.Sprint(i), Vectors: Vectors{}, Age: time.Duration(r.IntN(3600)) * time.Second}
+			b := Anchor{Key: a.Key, Vectors: Vectors{}, Sparse: map[string]Sparse{}, Age: a.Age}
+			for _, f := range names {
+				var v []float64
+				switch r.IntN(6) {
+				case 0:
+					continue
+				case 1:
+					v = vec(24)
+				case 2:
+					v = make([]float64, 48)
+				case 3:
+					v = append([]float64(nil), in[f]...) // a near-copy, when the field is there
+					if len(v) > 0 {
+						v[0] += 1e-3
+					}
+				default:
+					v = vec(48)
+				}
+				a.Vectors[f] = v
+				if r.IntN(3) > 0 {
+					b.Sparse[f] = sparse(v)
+				} else {
+					b.Vectors[f] = v
+				}
+			}
+			dense, mixed = append(dense, a), append(mixed, b)
+		}
+		age := time.Duration(r.IntN(7200)) * time.Second
+		want := Evaluate(Default(), in, dense, age)
+		got := Evaluate(Default(), in, mixed, age)
+		same := got.Decision == want.Decision && got.Nearest == want.Nearest && got.Evaluable == want.Evaluable
+		for _, p := range [][2]float64{{got.TotalDrift, want.TotalDrift}, {got.FieldDrift, want.FieldDrift}, {got.MaxNearestDrift, want.MaxNearestDrift}} {
+			same = same && math.Float64bits(p[0]) == math.Float64bits(p[1])
+		}
+		if !same {
+			t.Fatalf("trial %d: sparse %+v, dense %+v", trial, got, want)
+		}
+		seen[want.Decision]++
+	}
+	if len(seen) < 3 {
+		t.Fatalf("verdicts reached %v: the cases do not exercise the thresholds", seen)
 	}
 }
