@@ -27,8 +27,10 @@ import (
 //     record responds to, so it lends more than a child, which responds
 //     to the record (and, in conversation, often only echoes it).
 //
-// relevance = (own + ParentWeight·parent + ChildWeight·child) /
-// (1 + ParentWeight + ChildWeight), so it stays in [0,1].
+// relevance = min(1, own + ParentWeight·parent + ChildWeight·child): a
+// record alone keeps its own relevance, so a lone record that holds the
+// whole query scores near 1 as one with a thread does, and the thread's
+// evidence adds to it up to 1.
 const (
 	// ParentWeight is how much of its best parent's relevance a record
 	// takes; ChildWeight, of its best child's.
@@ -245,7 +247,7 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 		return b
 	}
 	for k, t := range at {
-		r := (own[k] + rp.parent*best(parentsOf[k]) + rp.child*best(childrenOf[k])) / (1 + rp.parent + rp.child)
+		r := min(1, own[k]+rp.parent*best(parentsOf[k])+rp.child*best(childrenOf[k]))
 		if r > 0 && !n.Hidden(k) {
 			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
 		}
