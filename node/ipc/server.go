@@ -590,15 +590,7 @@ func (c *conn) serve() {
 	c.kill()
 	<-c.writerDone
 	// Nothing adds to held any more: give back what is left unwritten.
-	for {
-		select {
-		case m := <-c.out:
-			c.releaseReply(len(m.b))
-			continue
-		default:
-		}
-		break
-	}
+	c.releaseQueued()
 	if n := c.held.Swap(0); n != 0 {
 		c.srv.held.Add(-n)
 	}
@@ -627,14 +619,19 @@ func (c *conn) kill() {
 	// end (they may wait for requests in flight, or the write timeout): a
 	// dropped client's bytes leave the budget when it is dropped, so the
 	// clients dropped one after another in a flood do not pile up over it.
+	c.releaseQueued()
+}
+
+// releaseQueued takes the messages waiting to be written out of the queue
+// and gives back the bytes they held.
+func (c *conn) releaseQueued() {
 	for {
 		select {
 		case m := <-c.out:
 			c.releaseReply(len(m.b))
-			continue
 		default:
+			return
 		}
-		return
 	}
 }
 
