@@ -76,7 +76,11 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 	// since the start: a run of 1,000 members takes most of an hour.
 	sim0, wall0 := time.Now(), wallNow()
 	progress := func(what string) {
-		t.Logf("progress: %s (simulated %v, wall %v)", what, time.Since(sim0).Round(time.Millisecond), wallNow().Sub(wall0).Round(time.Second))
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		t.Logf("progress: %s (simulated %v, wall %v; heap %d MB, stacks %d MB, %d goroutines)", what,
+			time.Since(sim0).Round(time.Millisecond), wallNow().Sub(wall0).Round(time.Second),
+			ms.HeapInuse>>20, ms.StackInuse>>20, runtime.NumGoroutine())
 	}
 	base := heapInuse()
 	g := newSimGroup(t, simOptions{minLatency: 20 * time.Millisecond, maxLatency: 100 * time.Millisecond,
@@ -135,10 +139,10 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 	if len(lat) == 0 {
 		t.Fatal("no deliveries observed")
 	}
-	progress(fmt.Sprintf("%d CMBs at every member", count))
 	slices.Sort(lat)
 	f.p50, f.p99, f.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	f.dupsPerCMB = float64(groupDups(g.ms)-dup0) / count
+	progress(fmt.Sprintf("%d CMBs at every member: %s", count, f))
 
 	away := g.ms[len(g.ms)/2]
 	away.stop()
