@@ -92,7 +92,6 @@ type segLog struct {
 	since  int64 // frame bytes since the last checkpoint
 	tail   []byte
 	buf    []byte
-	zeros  []byte // never written: the source of direct zero-fills
 	// end is off, for readers on other goroutines (Stats).
 	end atomic.Int64
 
@@ -324,12 +323,12 @@ func (l *segLog) grow(need int64) error {
 	if l.direct != nil && l.size%walAlign == 0 {
 		// One direct write of zeros, durable with its new size when it
 		// returns: no page cache to fill now and to drop again when the
-		// frames overwrite it.
-		if len(l.zeros) < walGrow {
-			l.zeros = make([]byte, walGrow+walAlign)
-		}
-		skip := int(-uintptr(unsafe.Pointer(&l.zeros[0])) & (walAlign - 1))
-		zero := l.zeros[skip : skip+walGrow]
+		// frames overwrite it. The zeros are allocated per growth, not
+		// kept: a growth comes once per walGrow bytes of frames, and a
+		// kept buffer would hold walGrow of heap in every open store.
+		zeros := make([]byte, walGrow+walAlign)
+		skip := int(-uintptr(unsafe.Pointer(&zeros[0])) & (walAlign - 1))
+		zero := zeros[skip : skip+walGrow]
 		for off := l.size; off < target; off += walGrow {
 			if _, err := l.direct.WriteAt(zero, off); err != nil {
 				return fmt.Errorf("growing log segment: %w", err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,13 +42,14 @@ type simFigures struct {
 	p50, p99, max           time.Duration // authoring → accepted, every member
 	dupsPerCMB              float64
 	mbPerNode, peersPerNode float64
+	mbPerNodeEnd            float64 // heap per member once every member holds every CMB
 	catchUp, catchUpWall    time.Duration
 	missed                  int
 }
 
 func (f simFigures) String() string {
-	return fmt.Sprintf("FIGURES nodes=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f dups_per_cmb=%.2f mb_per_node=%.1f peers_per_node=%.1f missed=%d catchup_s=%.2f catchup_wall_s=%.1f",
-		f.nodes, ms(f.p50), ms(f.p99), ms(f.max), f.dupsPerCMB, f.mbPerNode, f.peersPerNode, f.missed, f.catchUp.Seconds(), f.catchUpWall.Seconds())
+	return fmt.Sprintf("FIGURES nodes=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f dups_per_cmb=%.2f mb_per_node=%.1f mb_per_node_end=%.1f peers_per_node=%.1f missed=%d catchup_s=%.2f catchup_wall_s=%.1f",
+		f.nodes, ms(f.p50), ms(f.p99), ms(f.max), f.dupsPerCMB, f.mbPerNode, f.mbPerNodeEnd, f.peersPerNode, f.missed, f.catchUp.Seconds(), f.catchUpWall.Seconds())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -70,6 +72,16 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // GossipSub's flood publishing off.
 func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarget int, noFlood bool, wallNow func() time.Time) simFigures {
 	f := simFigures{nodes: nodes, missed: missed}
+	// progress logs each phase with the simulated and the wall time
+	// since the start: a run of 1,000 members takes most of an hour.
+	sim0, wall0 := time.Now(), wallNow()
+	progress := func(what string) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		t.Logf("progress: %s (simulated %v, wall %v; heap %d MB, stacks %d MB, %d goroutines)", what,
+			time.Since(sim0).Round(time.Millisecond), wallNow().Sub(wall0).Round(time.Second),
+			ms.HeapInuse>>20, ms.StackInuse>>20, runtime.NumGoroutine())
+	}
 	base := heapInuse()
 	g := newSimGroup(t, simOptions{minLatency: 20 * time.Millisecond, maxLatency: 100 * time.Millisecond,
 		linkBits: 50_000_000, slowBits: 2_000_000, slowEvery: 20,
@@ -84,9 +96,15 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 	for i := range nodes {
 		g.add(fmt.Sprintf("m%04d", i))
 	}
+	progress(fmt.Sprintf("%d members started", nodes))
 	waitPeers(t, min(3, nodes-1), g.ms...)
+	progress("every member has 3 peers")
 	time.Sleep(settle) // peer exchange, GossipSub's mesh and the connection manager settle
+	progress("settled")
 	f.mbPerNode = float64(heapInuse()-base) / float64(nodes) / (1 << 20)
+	if path := os.Getenv("CMBNODE_SIM_HEAP_PROFILE"); path != "" {
+		writeHeapProfile(t, path)
+	}
 	peers := 0
 	for _, mb := range g.ms {
 		peers += mb.m.PeerCount()
@@ -124,6 +142,7 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 	slices.Sort(lat)
 	f.p50, f.p99, f.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	f.dupsPerCMB = float64(groupDups(g.ms)-dup0) / count
+	progress(fmt.Sprintf("%d CMBs at every member: %s", count, f))
 
 	away := g.ms[len(g.ms)/2]
 	away.stop()
@@ -133,15 +152,26 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 		if i%100 == 99 {
 			time.Sleep(100 * time.Millisecond) // 1,000 CMBs/s across the group
 		}
+		if i%1000 == 999 {
+			progress(fmt.Sprintf("%d missed CMBs written", i+1))
+		}
 	}
 	want := count + missed
-	for _, mb := range g.running() {
+	for i, mb := range g.running() {
+		if i%max(1, nodes/10) == 0 {
+			progress(fmt.Sprintf("waiting for member %d of %d to hold the missed CMBs", i, nodes-1))
+		}
 		eventually(t, 30*time.Minute, "members hold every missed CMB", func() bool { return mb.n.Store().Count() >= want })
 	}
+	progress("every running member holds the missed CMBs")
 	back, backWall := time.Now(), wallNow()
 	g.restart(away)
 	eventually(t, 30*time.Minute, "the returning member catches up", func() bool { return away.n.Store().Count() >= want })
 	f.catchUp, f.catchUpWall = time.Since(back), wallNow().Sub(backWall)
+	f.mbPerNodeEnd = float64(heapInuse()-base) / float64(nodes) / (1 << 20)
+	if path := os.Getenv("CMBNODE_SIM_HEAP_PROFILE"); path != "" {
+		writeHeapProfile(t, path+".end")
+	}
 	return f
 }
 
@@ -152,7 +182,9 @@ func runGroupSim(t *testing.T, nodes, missed int, settle time.Duration, peerTarg
 // CMBNODE_SIM_SETTLE_S is how long the group runs before it is measured
 // (default 5 s, simulated) and CMBNODE_SIM_PEER_TARGET sets every
 // member's PeerTarget (default mesh.DefaultPeerTarget); CMBNODE_SIM_NO_FLOOD
-// set turns GossipSub's flood publishing off.
+// set turns GossipSub's flood publishing off; CMBNODE_SIM_HEAP_PROFILE
+// names a file to write the heap profile to once the group has settled
+// (and, with ".end" added, once the returning member has caught up).
 func TestGroupSimFigures(t *testing.T) {
 	nodes := envInt(t, "CMBNODE_SIM_NODES", 10)
 	missed := envInt(t, "CMBNODE_SIM_MISSED", 300)
@@ -208,6 +240,19 @@ func BenchmarkGroupSim(b *testing.B) {
 		b.ReportMetric(float64(rss.Maxrss>>10)/float64(nodes), "rss_mb_per_node")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// writeHeapProfile writes the heap profile (in use since the last GC) to
+// path, for go tool pprof -sample_index=inuse_space.
+func writeHeapProfile(t testing.TB, path string) {
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	defer fh.Close()
+	if err := pprof.Lookup("heap").WriteTo(fh, 0); err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
 }
 
 // wallClock reads the real clock, which a synctest bubble's time.Now

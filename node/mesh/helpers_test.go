@@ -15,6 +15,7 @@ import (
 	"github.com/cmbnode/cmbnode/node/groupkey"
 	"github.com/cmbnode/cmbnode/node/identity"
 	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // testGroup is the private group grp of this test: its id and epoch-1
@@ -70,6 +71,8 @@ type member struct {
 	limits node.Limits
 	// allowUnsigned is strict_signatures = false.
 	allowUnsigned bool
+	// storeOpts tune the node's badger store (zero: the daemon's defaults).
+	storeOpts store.Options
 }
 
 func logger(t testing.TB) *slog.Logger {
@@ -82,11 +85,17 @@ func logger(t testing.TB) *slog.Logger {
 // newMember starts a node in a fresh home, bootstrapped to peers.
 func newMember(t testing.TB, grp, name string, peers []*member, tune func(*mesh.Config)) *member {
 	t.Helper()
+	return newMemberStore(t, grp, name, peers, tune, store.Options{})
+}
+
+// newMemberStore is newMember with the node's store options set.
+func newMemberStore(t testing.TB, grp, name string, peers []*member, tune func(*mesh.Config), so store.Options) *member {
+	t.Helper()
 	home := t.TempDir()
 	if _, err := identity.Create(home, name, nil); err != nil {
 		t.Fatal(err)
 	}
-	mb := &member{t: t, home: home, grp: grp, tune: tune}
+	mb := &member{t: t, home: home, grp: grp, tune: tune, storeOpts: so}
 	mb.start(peers)
 	t.Cleanup(mb.stop)
 	return mb
@@ -114,7 +123,7 @@ func (mb *member) start(peers []*member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t), Limits: mb.limits, AllowUnsigned: mb.allowUnsigned})
+	n, err := node.Open(node.Options{Home: mb.home, Group: mb.grp, Identity: id, Logger: logger(t), Limits: mb.limits, AllowUnsigned: mb.allowUnsigned, StoreOptions: mb.storeOpts})
 	if err != nil {
 		t.Fatal(err)
 	}

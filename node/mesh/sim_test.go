@@ -15,6 +15,7 @@ import (
 	"github.com/marcopolo/simnet"
 
 	"github.com/cmbnode/cmbnode/node/mesh"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // simGroup is a private group of real members (node.Node over a badger
@@ -81,6 +82,13 @@ func pairDelay(a, b net.Addr, span time.Duration) time.Duration {
 	return time.Duration(h.Sum64() % uint64(span))
 }
 
+// simStore is a simulated member's store: badger's memtable and block
+// cache at 1 MiB (the daemon's are 4 and 8 MiB). A member holds a few
+// thousand small records, whose index entries fill a fraction of that;
+// the daemon's memtable arena alone (1.3 × MemTableBytes, allocated at
+// open) would be 5 MiB of every member's heap.
+func simStore() store.Options { return store.Options{MemTableBytes: 1 << 20, BlockCacheBytes: 1 << 20} }
+
 // transport is the mesh option putting a member on the next simulated IP.
 func (g *simGroup) transport() func(*mesh.Config) {
 	i := g.addrs
@@ -95,6 +103,10 @@ func (g *simGroup) transport() func(*mesh.Config) {
 		// A daemon's period, not the 3 s of the small-group tests: with
 		// 99 peers each round is 99 reconciliations and peer-info frames.
 		c.CatchUpInterval = mesh.DefaultConfig().CatchUpInterval
+		// The daemon's 5 s, not the 200 ms the key-rotation tests need:
+		// each reload reads the home's secrets from disk, real work that a
+		// thousand members would do 5,000 times per simulated second.
+		c.KeyReload = mesh.DefaultConfig().KeyReload
 		// Simulated IPs are public. AutoNAT v2's dial-back host opens a
 		// real UDP socket outside simnet, which stalls the bubble for good.
 		c.Reachability = mesh.ReachPublic
@@ -117,7 +129,7 @@ func (g *simGroup) add(name string) *member {
 			boot = append(boot, g.ms[i])
 		}
 	}
-	mb := newMember(g.t, "thousand", name, boot, with(g.tune, g.transport()))
+	mb := newMemberStore(g.t, "thousand", name, boot, with(g.tune, g.transport()), simStore())
 	g.ms = append(g.ms, mb)
 	g.boot[mb] = boot
 	return mb
