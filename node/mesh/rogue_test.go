@@ -575,23 +575,8 @@ func (mb *member) storesAll(t *testing.T, keys []string) {
 // peers that never handshook here per advertiser a minute, 16 dials at
 // once; never dials a connected peer; and honest traffic keeps flowing.
 func TestPeerInfoFloodDialsBounded(t *testing.T) {
-	var mu sync.Mutex
-	var inFlight, maxInFlight, maxAddrs int
-	dialled := map[peer.ID]int{}
-	hook := func(ai peer.AddrInfo) func() {
-		mu.Lock()
-		defer mu.Unlock()
-		inFlight++
-		maxInFlight = max(maxInFlight, inFlight)
-		maxAddrs = max(maxAddrs, len(ai.Addrs))
-		dialled[ai.ID]++
-		return func() {
-			mu.Lock()
-			inFlight--
-			mu.Unlock()
-		}
-	}
-	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	w := newDialWatch()
+	victim := newMember(t, "alpha", "victim", nil, w.install)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 
@@ -635,21 +620,17 @@ func TestPeerInfoFloodDialsBounded(t *testing.T) {
 	// Each frame's first 64 entries name a new peer (the first frame one):
 	// every one is either dialled or dropped, none is skipped.
 	const candidates = 1 + 5*64
-	defer func() { t.Logf("victim stats %+v, max in flight %d", victim.m.Stats(), maxInFlight) }()
+	defer func() { t.Logf("victim stats %+v, max in flight %d", victim.m.Stats(), w.maxInFlight) }()
 	eventually(t, 30*time.Second, "victim has acted on every advertised peer it considers", func() bool {
 		s := victim.m.Stats()
 		return s.PeerInfoDials+s.PeerInfoDialsDropped >= candidates
 	})
-	eventually(t, 30*time.Second, "every peer-info dial has ended", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inFlight == 0
-	})
+	eventually(t, 30*time.Second, "every peer-info dial has ended", w.idle)
 	s := victim.m.Stats()
-	mu.Lock()
-	defer mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	dials := 0
-	for id, n := range dialled {
+	for id, n := range w.dialled {
 		dials += n
 		if n > 1 {
 			t.Errorf("peer %s dialled %d times", id, n)
@@ -664,15 +645,15 @@ func TestPeerInfoFloodDialsBounded(t *testing.T) {
 	if dials > 4 {
 		t.Errorf("victim dialled %d advertised strangers for one advertiser, want at most 4 a minute", dials)
 	}
-	if maxInFlight > 16 {
-		t.Errorf("%d peer-info dials ran at once, want at most 16", maxInFlight)
+	if w.maxInFlight > 16 {
+		t.Errorf("%d peer-info dials ran at once, want at most 16", w.maxInFlight)
 	}
-	if maxAddrs > 8 {
-		t.Errorf("a peer-info dial tried %d addresses, want at most 8", maxAddrs)
+	if w.maxAddrs > 8 {
+		t.Errorf("a peer-info dial tried %d addresses, want at most 8", w.maxAddrs)
 	}
 	for _, id := range []string{victim.m.PeerID(), honest.m.PeerID()} {
 		pid, _ := peer.Decode(id)
-		if dialled[pid] > 0 {
+		if w.dialled[pid] > 0 {
 			t.Errorf("victim dialled %s, which is itself or already connected", id)
 		}
 	}
@@ -716,19 +697,8 @@ func randomPeerID(t *testing.T) peer.ID {
 // however many sessions it opens — so the port sees at most 4 peers × 8
 // addresses × 2 tries; the bound is counted, and honest traffic flows.
 func TestPeerInfoAmplifierBounded(t *testing.T) {
-	var mu sync.Mutex
-	inFlight := 0
-	hook := func(peer.AddrInfo) func() {
-		mu.Lock()
-		inFlight++
-		mu.Unlock()
-		return func() {
-			mu.Lock()
-			inFlight--
-			mu.Unlock()
-		}
-	}
-	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	w := newDialWatch()
+	victim := newMember(t, "alpha", "victim", nil, w.install)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 
@@ -764,11 +734,7 @@ func TestPeerInfoAmplifierBounded(t *testing.T) {
 			st := victim.m.Stats()
 			return st.PeerInfoDials+st.PeerInfoDialsDropped >= int64((s+1)*entries)
 		})
-		eventually(t, 30*time.Second, "this session's peer-info dials ended", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return inFlight == 0
-		})
+		eventually(t, 30*time.Second, "this session's peer-info dials ended", w.idle)
 	}
 	st := victim.m.Stats()
 	t.Logf("victim opened %d TCP connections to the rogue's ports; stats %+v", accepted.Load(), st)
@@ -782,6 +748,41 @@ func TestPeerInfoAmplifierBounded(t *testing.T) {
 		t.Errorf("the per-advertiser bound was not counted: %v", st.PeerInfoDialsLimited)
 	}
 	victim.storesAll(t, halt())
+}
+
+// dialWatch sees a mesh's advertised-peer dials (peer-info and mDNS) as
+// they start and end: how many run at once, the most addresses one
+// tried, and how often each peer was dialled.
+type dialWatch struct {
+	mu                              sync.Mutex
+	inFlight, maxInFlight, maxAddrs int
+	dialled                         map[peer.ID]int
+}
+
+func newDialWatch() *dialWatch { return &dialWatch{dialled: map[peer.ID]int{}} }
+
+// install is a newMember config tune that hooks w into the mesh.
+func (w *dialWatch) install(c *mesh.Config) {
+	mesh.SetPeerInfoDialHook(c, func(ai peer.AddrInfo) func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.inFlight++
+		w.maxInFlight = max(w.maxInFlight, w.inFlight)
+		w.maxAddrs = max(w.maxAddrs, len(ai.Addrs))
+		w.dialled[ai.ID]++
+		return func() {
+			w.mu.Lock()
+			w.inFlight--
+			w.mu.Unlock()
+		}
+	})
+}
+
+// idle reports whether no dial is running.
+func (w *dialWatch) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inFlight == 0
 }
 
 // countingPorts listens on n loopback ports and counts the TCP connections
@@ -816,12 +817,8 @@ func countingPorts(t *testing.T, n int) ([]int, *atomic.Int64) {
 // advertiser: the victim dials at most peerInfoStrangers of them a window
 // (one address each, two tries), and honest traffic flows.
 func TestMDNSFloodDialsBounded(t *testing.T) {
-	var inFlight atomic.Int64
-	hook := func(peer.AddrInfo) func() {
-		inFlight.Add(1)
-		return func() { inFlight.Add(-1) }
-	}
-	victim := newMember(t, "alpha", "victim", nil, func(c *mesh.Config) { mesh.SetPeerInfoDialHook(c, hook) })
+	w := newDialWatch()
+	victim := newMember(t, "alpha", "victim", nil, w.install)
 	honest := newMember(t, "alpha", "honest", []*member{victim}, nil)
 	waitPeers(t, 1, victim, honest)
 	halt := honestTraffic(t, honest)
@@ -840,7 +837,7 @@ func TestMDNSFloodDialsBounded(t *testing.T) {
 		st := victim.m.Stats()
 		return st.PeerInfoDials+st.PeerInfoDialsDropped >= answers || accepted.Load() > 4*2
 	})
-	eventually(t, 30*time.Second, "the dials that went ahead ended", func() bool { return inFlight.Load() == 0 })
+	eventually(t, 30*time.Second, "the dials that went ahead ended", w.idle)
 	st := victim.m.Stats()
 	t.Logf("victim opened %d TCP connections for %d mDNS answers; stats %+v", accepted.Load(), answers, st)
 	if n := accepted.Load(); n > 4*2 {
