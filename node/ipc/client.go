@@ -349,12 +349,24 @@ type RecallReply struct {
 // RecallReply is RecallWith with the whole reply.
 func (c *Client) RecallReply(ctx context.Context, query string, o node.RecallOptions) (RecallReply, error) {
 	var r RecallReply
+	err := c.call(ctx, TypeRecall, recallArgs(query, o), &r)
+	return r, err
+}
+
+// RecallRaw is RecallReply undecoded: the daemon's reply message as it
+// came, not even checked to be JSON, for a caller that decodes it into a
+// type of its own with RecallReply's members (and so checks it) and would
+// otherwise pay for decoding every hit twice.
+func (c *Client) RecallRaw(ctx context.Context, query string, o node.RecallOptions) (json.RawMessage, error) {
+	return c.roundTrip(ctx, TypeRecall, recallArgs(query, o))
+}
+
+func recallArgs(query string, o node.RecallOptions) map[string]any {
 	req := map[string]any{"query": query, "limit": o.Limit}
 	if o.MinScore != 0 {
 		req["min_score"] = o.MinScore
 	}
-	err := c.call(ctx, TypeRecall, req, &r)
-	return r, err
+	return req
 }
 
 // GetReply is a get result: the record as received and how it was stored.

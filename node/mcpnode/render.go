@@ -14,26 +14,67 @@ import (
 
 // Memory is one memory as the tools return it.
 type Memory struct {
-	Key        string          `json:"key" jsonschema:"the memory's content address (cmb1-…); get, thread and parents take it or a unique prefix"`
-	Author     string          `json:"author" jsonschema:"the author's nodeId"`
-	AuthorName string          `json:"authorName,omitempty" jsonschema:"the name the author goes by in the group, when known"`
-	Time       string          `json:"time" jsonschema:"when the author created it, RFC 3339 UTC"`
-	Group      string          `json:"group" jsonschema:"the mesh group it belongs to"`
-	Fields     node.FieldsJSON `json:"fields" jsonschema:"the seven fields: focus, issue, intent, motivation, commitment, perspective, mood; each {text}, mood also valence and arousal; an unfilled field reads neutral"`
-	Parents    []string        `json:"parents,omitempty" jsonschema:"keys of the memories this one builds on"`
-	Score      *float64        `json:"score,omitempty" jsonschema:"recall only: relevance blended with recency, higher is better"`
+	Key        string   `json:"key" jsonschema:"the memory's content address (cmb1-…); get, thread and parents take it or a unique prefix"`
+	Author     string   `json:"author" jsonschema:"the author's nodeId"`
+	AuthorName string   `json:"authorName,omitempty" jsonschema:"the name the author goes by in the group, when known"`
+	Time       string   `json:"time" jsonschema:"when the author created it, RFC 3339 UTC"`
+	Group      string   `json:"group" jsonschema:"the mesh group it belongs to"`
+	Fields     Fields   `json:"fields" jsonschema:"the seven fields; an unfilled field reads neutral"`
+	Parents    []string `json:"parents,omitempty" jsonschema:"keys of the memories this one builds on"`
+	Score      *float64 `json:"score,omitempty" jsonschema:"recall only: relevance blended with recency, higher is better"`
+}
+
+// Fields is a memory's seven fields in spec order (cmb.FieldNames), every
+// one present, as the daemon sends them (node.FieldsView). A struct rather
+// than node.FieldsJSON's map: the output schema names each field, and a
+// recall's ten memories decode and encode without seventy map entries and
+// a sort of each map's keys.
+type Fields struct {
+	Focus       node.FieldJSON `json:"focus" jsonschema:"what it is about"`
+	Issue       node.FieldJSON `json:"issue" jsonschema:"the problem or question at stake"`
+	Intent      node.FieldJSON `json:"intent" jsonschema:"what is meant to happen"`
+	Motivation  node.FieldJSON `json:"motivation" jsonschema:"why it matters"`
+	Commitment  node.FieldJSON `json:"commitment" jsonschema:"what was promised or decided"`
+	Perspective node.FieldJSON `json:"perspective" jsonschema:"whose point of view, or from where"`
+	Mood        node.FieldJSON `json:"mood" jsonschema:"the author's mood; valence and arousal in [-1, 1] when given"`
+}
+
+// all lists the fields in spec order, each beside its name in cmb.FieldNames.
+func (f *Fields) all() [cmb.NumFields]*node.FieldJSON {
+	return [cmb.NumFields]*node.FieldJSON{&f.Focus, &f.Issue, &f.Intent, &f.Motivation, &f.Commitment, &f.Perspective, &f.Mood}
+}
+
+// fieldsOf is the fields of a node.FieldsJSON; one it lacks is neutral.
+func fieldsOf(m node.FieldsJSON) Fields {
+	var f Fields
+	for i, p := range f.all() {
+		v, ok := m[cmb.FieldNames[i]]
+		if !ok {
+			v = node.FieldJSON{Text: cmb.Neutral}
+		}
+		*p = v
+	}
+	return f
+}
+
+func fieldsOfRecord(r *cmb.Fields) Fields {
+	var f Fields
+	for i, p := range f.all() {
+		*p = node.FieldJSON{Text: r[i].Text, Valence: r[i].Valence, Arousal: r[i].Arousal}
+	}
+	return f
 }
 
 func formatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
 
 func memoryOf(m node.Memory, names map[string]string) Memory {
 	return Memory{Key: m.Key, Author: m.CreatedBy, AuthorName: names[m.CreatedBy], Time: formatTime(m.CreatedAt),
-		Group: m.Group, Fields: m.Fields, Parents: m.Parents}
+		Group: m.Group, Fields: fieldsOf(m.Fields), Parents: m.Parents}
 }
 
 func memoryOfRecord(r *cmb.Record, names map[string]string) Memory {
 	return Memory{Key: r.Key, Author: r.CreatedBy, AuthorName: names[r.CreatedBy], Time: formatTime(r.CreatedAt),
-		Group: r.Group, Fields: node.FieldsView(&r.Fields), Parents: r.Parents()}
+		Group: r.Group, Fields: fieldsOfRecord(&r.Fields), Parents: r.Parents()}
 }
 
 // who names an author for a reader: the name, else a short nodeId.
@@ -61,11 +102,11 @@ func writeMemory(b *strings.Builder, indent string, m *Memory) {
 		b.Write(strconv.AppendFloat(num[:0], *m.Score, 'f', 3, 64)) // %.3f
 	}
 	b.WriteByte('\n')
-	for _, name := range cmb.FieldNames {
-		f, ok := m.Fields[name]
-		if !ok || f.Text == cmb.Neutral || f.Text == "" {
+	for i, f := range m.Fields.all() {
+		if f.Text == cmb.Neutral || f.Text == "" {
 			continue
 		}
+		name := cmb.FieldNames[i]
 		b.WriteString(indent)
 		b.WriteString(name)
 		b.WriteString(": ")

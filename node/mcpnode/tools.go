@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node"
@@ -259,17 +260,21 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 	if filtered {
 		fetch = min(limit*filterWidth, node.MaxRecall)
 	}
-	var r ipc.RecallReply
+	var raw []byte
 	err := s.d.do(ctx, func(c *ipc.Client) (err error) {
-		r, err = c.RecallReply(ctx, in.Query, node.RecallOptions{Limit: fetch})
+		raw, err = c.RecallRaw(ctx, in.Query, node.RecallOptions{Limit: fetch})
 		return err
 	})
 	if err != nil {
 		return nil, RecallOut{}, fmt.Errorf("recall: %w", err)
 	}
+	r, err := decodeRecall(raw)
+	if err != nil {
+		return nil, RecallOut{}, fmt.Errorf("recall: %w", err)
+	}
 	hits := r.Results
 	if filtered {
-		hits = slices.DeleteFunc(hits, func(h node.RecallHit) bool {
+		hits = slices.DeleteFunc(hits, func(h recallHit) bool {
 			return (len(authors) > 0 && !slices.Contains(authors, strings.ToLower(h.CreatedBy))) ||
 				(since > 0 && h.CreatedAt < since) || (until > 0 && h.CreatedAt >= until)
 		})
@@ -279,19 +284,57 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 	for i, h := range hits {
 		ids[i] = h.CreatedBy
 	}
-	names := s.names.names(ctx, s.d, ids)
-	out := RecallOut{Query: in.Query, Results: make([]Memory, len(hits))}
-	for i, h := range hits {
-		score := h.Score
-		out.Results[i] = memoryOf(node.Memory{Key: h.Key, CreatedBy: h.CreatedBy, CreatedAt: h.CreatedAt, Group: h.Group, Fields: h.Fields}, names)
-		out.Results[i].Score = &score
+	res, out := recallResult(in.Query, hits, r.Sync, s.names.names(ctx, s.d, ids))
+	return res, out, nil
+}
+
+// recallReply is ipc.RecallReply as the recall tool decodes it: each hit's
+// fields straight into the Fields it returns.
+type recallReply struct {
+	Results []recallHit        `json:"results"`
+	Sync    *node.SyncProgress `json:"sync,omitempty"`
+}
+
+// recallHit is node.RecallHit with its fields as Fields.
+type recallHit struct {
+	Key       string  `json:"key"`
+	CreatedBy string  `json:"createdBy"`
+	CreatedAt int64   `json:"createdAt"`
+	Group     string  `json:"group"`
+	Fields    Fields  `json:"fields"`
+	Score     float64 `json:"score"`
+}
+
+// decodeRecall decodes the socket's recall reply (ipc.Client.RecallRaw).
+func decodeRecall(raw []byte) (recallReply, error) {
+	var r recallReply
+	if err := segjson.Unmarshal(raw, &r); err != nil {
+		return recallReply{}, fmt.Errorf("the daemon sent an unreadable recall reply: %w", err)
 	}
-	out.Syncing = syncingOf(r.Sync)
+	for i := range r.Results {
+		for _, f := range r.Results[i].Fields.all() {
+			if f.Text == "" {
+				f.Text = cmb.Neutral // a field the daemon left out, as fieldsOf reads it
+			}
+		}
+	}
+	return r, nil
+}
+
+// recallResult is the recall tool's result for the hits kept, best first.
+func recallResult(query string, hits []recallHit, sync *node.SyncProgress, names map[string]string) (*mcp.CallToolResult, RecallOut) {
+	out := RecallOut{Query: query, Results: make([]Memory, len(hits))}
+	for i := range hits {
+		h := &hits[i]
+		out.Results[i] = Memory{Key: h.Key, Author: h.CreatedBy, AuthorName: names[h.CreatedBy], Time: formatTime(h.CreatedAt),
+			Group: h.Group, Fields: h.Fields, Score: &h.Score}
+	}
+	out.Syncing = syncingOf(sync)
 	note := syncNote(out.Syncing)
 	if len(hits) == 0 {
-		return textResult(note + fmt.Sprintf("No memory matches %q.\n", in.Query)), out, nil
+		return textResult(note + fmt.Sprintf("No memory matches %q.\n", query)), out
 	}
-	return textResult(note + renderList(fmt.Sprintf("%s for %q, best first:", plural(len(hits), "memory"), in.Query), out.Results)), out, nil
+	return textResult(note + renderList(fmt.Sprintf("%s for %q, best first:", plural(len(hits), "memory"), query), out.Results)), out
 }
 
 // filterWidth is how many hits per wanted result a filtered recall ranks.

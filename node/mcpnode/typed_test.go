@@ -39,7 +39,7 @@ func TestAddToolAsSDK(t *testing.T) {
 			return nil, RecallOut{}, errors.New("recall: it failed")
 		}
 		out := RecallOut{Query: in.Query, Results: []Memory{{Key: "cmb1-ab", Author: "n", Time: "t", Group: "g",
-			Fields: node.FieldsJSON{"focus": {Text: "<b>&" + strings.Repeat("x", in.Limit)}}, Score: &score}}}
+			Fields: Fields{Focus: node.FieldJSON{Text: "<b>&" + strings.Repeat("x", in.Limit)}}, Score: &score}}}
 		if in.Limit == 2 {
 			return nil, out, nil // no content: the JSON is the text
 		}
