@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node"
 )
 
 func TestParseTime(t *testing.T) {
@@ -180,5 +181,30 @@ func TestSyncNote(t *testing.T) {
 	got := syncNote(&Syncing{Received: 8798, Expected: 25000, Peers: 1})
 	if want := "Note: still catching up with 1 peer (8798 of about 25000 memories received); results may be incomplete.\n"; got != want {
 		t.Errorf("syncNote = %q, want %q", got, want)
+	}
+}
+
+// TestWriteMemoryFields: the field lines read as they did when fmt wrote
+// the mood's numbers, and the parents follow.
+func TestWriteMemoryFields(t *testing.T) {
+	for _, v := range []float64{0, 0.5, -0.25, -0.001, 0.004, 1, -1, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), math.NaN()} {
+		for _, both := range []bool{false, true} {
+			m := Memory{Key: "cmb1-ab", Author: "n", Time: "t", Parents: []string{"cmb1-p1", "cmb1-p2"}}
+			m.Fields.Focus.Text = "the  plan\n"
+			m.Fields.Issue.Text = cmb.Neutral
+			m.Fields.Mood = node.FieldJSON{Text: "calm", Valence: &v}
+			want := "  mood: calm (valence " + fmt.Sprintf("%+.2f", v) + ")\n"
+			if both {
+				a := -v
+				m.Fields.Mood.Arousal = &a
+				want = fmt.Sprintf("  mood: calm (valence %+.2f, arousal %+.2f)\n", v, a)
+			}
+			var b strings.Builder
+			writeMemory(&b, "  ", &m)
+			_, body, _ := strings.Cut(b.String(), "\n")
+			if want = "  focus: the plan\n" + want + "  builds on: cmb1-p1, cmb1-p2\n"; body != want {
+				t.Errorf("valence %v: %q, want %q", v, body, want)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package mcpnode
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -112,20 +113,54 @@ func writeMemory(b *strings.Builder, indent string, m *Memory) {
 		b.WriteString(": ")
 		b.WriteString(oneLine(f.Text, 400))
 		if f.Valence != nil || f.Arousal != nil {
-			var parts []string
+			var num [40]byte
+			line := append(num[:0], " ("...)
 			if f.Valence != nil {
-				parts = append(parts, fmt.Sprintf("valence %+.2f", *f.Valence))
+				line = appendSigned(append(line, "valence "...), *f.Valence)
 			}
 			if f.Arousal != nil {
-				parts = append(parts, fmt.Sprintf("arousal %+.2f", *f.Arousal))
+				if f.Valence != nil {
+					line = append(line, ", "...)
+				}
+				line = appendSigned(append(line, "arousal "...), *f.Arousal)
 			}
-			fmt.Fprintf(b, " (%s)", strings.Join(parts, ", "))
+			b.Write(append(line, ')'))
 		}
 		b.WriteByte('\n')
 	}
 	if len(m.Parents) > 0 {
-		fmt.Fprintf(b, "%sbuilds on: %s\n", indent, strings.Join(m.Parents, ", "))
+		b.WriteString(indent)
+		b.WriteString("builds on: ")
+		for i, p := range m.Parents {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(p)
+		}
+		b.WriteByte('\n')
 	}
+}
+
+// appendSigned appends v as fmt's %+.2f writes it: always a sign.
+func appendSigned(b []byte, v float64) []byte {
+	// fmt signs every NaN +; strconv writes +Inf's sign itself.
+	if math.IsNaN(v) || (!math.Signbit(v) && !math.IsInf(v, 1)) {
+		b = append(b, '+')
+	}
+	return strconv.AppendFloat(b, v, 'f', 2, 64)
+}
+
+// renderedSize is about how many bytes writeMemory writes for m, so that a
+// list's builder is allocated once instead of doubling its way up.
+func renderedSize(m *Memory) int {
+	n := len(m.Key) + len(m.AuthorName) + len(m.Time) + 48
+	for _, f := range m.Fields.all() {
+		n += len(f.Text) + 40
+	}
+	for _, p := range m.Parents {
+		n += len(p) + 2
+	}
+	return n
 }
 
 // oneLine folds whitespace and cuts text to at most n characters: the text
@@ -169,6 +204,11 @@ func asciiSpace(c byte) bool { return c == '\t' || c == '\n' || c == '\v' || c =
 
 func renderList(head string, ms []Memory) string {
 	var b strings.Builder
+	n := len(head) + 1
+	for i := range ms {
+		n += renderedSize(&ms[i])
+	}
+	b.Grow(n)
 	b.WriteString(head)
 	b.WriteByte('\n')
 	for i := range ms {
