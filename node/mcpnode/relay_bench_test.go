@@ -1,6 +1,7 @@
 package mcpnode
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand"
 	"reflect"
@@ -15,26 +16,34 @@ import (
 // BenchmarkRecallRelay is what `cmbnode mcp` does with a socket recall
 // reply of ten hits (seven filled fields of 60 to 120 bytes, a mood with
 // valence and arousal, as BenchmarkMCPRecall's store holds): decode it,
-// build the result, encode structuredContent as
-// addTool does and render the text. The SDK's own work on the request and
-// the result is left out: it is the same whatever we hand it.
+// build and render the result, complete it as addTool does, and marshal
+// it as the SDK then does into its response. The SDK's work on the request
+// and its envelope is left out.
 func BenchmarkRecallRelay(b *testing.B) {
 	raw := recallReplyJSON(b, 10)
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
+	var buf bytes.Buffer
+	wrote := 0
 	for b.Loop() {
 		r, err := decodeRecall(raw)
 		if err != nil {
 			b.Fatal(err)
 		}
 		res, out := recallResult("release notes", r.Results, r.Sync, map[string]string{r.Results[0].CreatedBy: "ada"})
-		if _, err := json.Marshal(out); err != nil {
+		if res, err = structured(res, out, false, nil); err != nil {
 			b.Fatal(err)
 		}
-		if len(res.Content) != 1 {
-			b.Fatal("no text")
+		// As the SDK's jsonrpc2 marshals a result into its response.
+		buf.Reset()
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(res); err != nil {
+			b.Fatal(err)
 		}
+		wrote += buf.Len()
 	}
+	b.ReportMetric(float64(wrote)/float64(b.N), "result-B/op")
 }
 
 // recallReplyJSON is a socket recall reply of n hits as the daemon sends it.

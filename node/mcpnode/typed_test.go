@@ -130,3 +130,38 @@ func TestAddToolChecksOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestStructuredSendsTheSameBytes: handing the SDK the output value puts
+// the same bytes on the wire as handing it the value's JSON (which a
+// checked result, and one without text, still get), HTML escapes included.
+func TestStructuredSendsTheSameBytes(t *testing.T) {
+	raw := recallReplyJSON(t, 3)
+	r, err := decodeRecall(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Results[1].Fields.Focus.Text = `<b>"&"</b> ü` + "\u2028"
+	wire := func(res *mcp.CallToolResult) string {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // as the SDK's jsonrpc2
+		if err := enc.Encode(res); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	res, out := recallResult("q <&>", r.Results, nil, nil)
+	typed, err := structured(res, out, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := typed.StructuredContent.(RecallOut); !ok {
+		t.Fatalf("structuredContent is a %T", typed.StructuredContent)
+	}
+	got := wire(typed)
+	b, _ := json.Marshal(out)
+	res.StructuredContent = json.RawMessage(b)
+	if want := wire(res); got != want {
+		t.Errorf("typed:\n%s\nJSON:\n%s", got, want)
+	}
+}
