@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,11 +38,20 @@ import (
 // `cmbnode mcp` process's; daemon-cpu-us the daemon's per recall of
 // either kind (both paths pay it); host-cpu-us this process's per pair
 // (the SDK client's decoding of the MCP result and ipc.Client's of the
-// socket's, plus the bench's own bookkeeping).
+// socket's, plus the bench's own bookkeeping). daemon-alloc-B/recall and
+// daemon-allocs/recall are what the daemon allocates per recall, from the
+// Go counters on its metrics endpoint. CMBNODE_BENCH_PROFILE=DIR
+// has the daemon write its CPU profile to DIR/mcp-recall-daemon.pprof
+// (BenchmarkMCPInProcessRecall profiles the MCP layer).
 func BenchmarkMCPRecall(b *testing.B) {
 	const records, limit, warmup = 10_000, 10, 30
 	home := seededBenchHome(b, records)
-	d := startBenchDaemon(b, home)
+	metricsAddr := loopbackAddr(b)
+	args := []string{"--metrics", metricsAddr}
+	if dir := os.Getenv("CMBNODE_BENCH_PROFILE"); dir != "" {
+		args = append(args, "--cpuprofile", filepath.Join(dir, "mcp-recall-daemon.pprof"))
+	}
+	d := startBenchDaemon(b, home, args...)
 	stopAtCleanup(b, d)
 	h := startMCP(b, home, "")
 	sock, err := ipc.Dial(context.Background(), d.sock)
@@ -99,6 +110,7 @@ func BenchmarkMCPRecall(b *testing.B) {
 	hits := 0
 	self := os.Getpid()
 	srv0, daemon0, host0 := processCPU(b, h.cmd.Process.Pid), processCPU(b, d.cmd.Process.Pid), processCPU(b, self)
+	alloc0 := goAllocs(b, metricsAddr)
 	b.ResetTimer()
 	for b.Loop() {
 		for i := range mcpRecallPairs {
@@ -123,6 +135,7 @@ func BenchmarkMCPRecall(b *testing.B) {
 	srv := processCPU(b, h.cmd.Process.Pid) - srv0
 	daemon := processCPU(b, d.cmd.Process.Pid) - daemon0
 	host := processCPU(b, self) - host0
+	alloc := goAllocs(b, metricsAddr)
 	pct := func(lat []time.Duration, p float64) float64 {
 		s := slices.Clone(lat)
 		slices.Sort(s)
@@ -140,10 +153,44 @@ func BenchmarkMCPRecall(b *testing.B) {
 	b.ReportMetric(perRecall(srv, pairs), "mcp-server-cpu-us")
 	b.ReportMetric(perRecall(daemon, 2*pairs), "daemon-cpu-us")
 	b.ReportMetric(perRecall(host, pairs), "host-cpu-us")
+	b.ReportMetric((alloc.bytes-alloc0.bytes)/(2*pairs), "daemon-alloc-B/recall")
+	b.ReportMetric((alloc.objects-alloc0.objects)/(2*pairs), "daemon-allocs/recall")
 	b.Logf("%d stored, %d recalls each way: MCP p50 %.2f ms p99 %.2f ms; socket p50 %.2f ms p99 %.2f ms; "+
 		"p50 difference %.2f ms, p99 difference %.2f ms; CPU per recall: MCP server %.0f µs, daemon %.0f µs, host %.0f µs a pair",
 		records, len(latMCP), mp50, mp99, sp50, sp99, mp50-sp50, mp99-sp99,
 		perRecall(srv, pairs), perRecall(daemon, 2*pairs), perRecall(host, pairs))
+}
+
+// goAllocs reads the bytes and objects a daemon has allocated so far from
+// its metrics endpoint (the Go collector's counters).
+func goAllocs(b *testing.B, addr string) (n struct{ bytes, objects float64 }) {
+	b.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatalf("daemon metrics: %v", err)
+	}
+	defer res.Body.Close()
+	page, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		b.Fatalf("daemon metrics: %v", err)
+	}
+	for line := range strings.Lines(string(page)) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		switch {
+		case !ok:
+		case name == "go_memstats_alloc_bytes_total":
+			n.bytes, err = strconv.ParseFloat(v, 64)
+		case name == "go_memstats_mallocs_total":
+			n.objects, err = strconv.ParseFloat(v, 64)
+		}
+		if err != nil {
+			b.Fatalf("daemon metrics: %q: %v", line, err)
+		}
+	}
+	if n.bytes == 0 || n.objects == 0 {
+		b.Fatal("daemon metrics: no go_memstats_alloc_bytes_total or go_memstats_mallocs_total")
+	}
+	return n
 }
 
 // mcpRecallPairs is how many MCP and socket recalls BenchmarkMCPRecall
