@@ -119,7 +119,8 @@ func TestDecodeRecall(t *testing.T) {
 	if got.Results[3].Fields.Perspective.Text != cmb.Neutral {
 		t.Errorf("a field left out reads %q", got.Results[3].Fields.Perspective.Text)
 	}
-	for _, bad := range []string{``, `{`, `{"results":[{"key":1}]}`, `{"results":{}}`, `{"results":[{"fields":{"focus":{"text":"x"}}]`} {
+	for _, bad := range []string{``, `{`, `{"results":[{"key":1}]}`, `{"results":{}}`, `{"results":[{"fields":{"focus":{"text":"x"}}]`,
+		`{"results":[]} x`, `{"results":[{"createdAt":1.5}]}`} {
 		if _, err := decodeRecall([]byte(bad)); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
