@@ -19,13 +19,17 @@ import (
 //     the store defines (or, where a Retriever is configured, the larger of
 //     that and the Retriever's similarity);
 //   - its thread's: the best own relevance among its parents and, apart,
-//     among its children, the records one hop away in walk.Thread, the
-//     same thread the CGP episode frame tells. A conversation recorded
-//     turn by turn chains each turn to the one before, so the turn that
-//     holds an answer is found through the turn that asked the question,
-//     even when it shares no word with the query. A parent is what a
-//     record responds to, so it lends more than a child, which responds
-//     to the record (and, in conversation, often only echoes it).
+//     the best that a child adds to the record's own, among the records
+//     one hop away in walk.Thread, the same thread the CGP episode frame
+//     tells. A conversation recorded turn by turn chains each turn to the
+//     one before, so the turn that holds an answer is found through the
+//     turn that asked the question, even when it shares no word with the
+//     query. A parent is what a record responds to, so it lends its whole
+//     relevance, at ParentWeight. A child responds to the record, and in
+//     conversation often only echoes it or answers it by name: what it
+//     holds of the query terms the record already holds is no further
+//     evidence, so it lends, at ChildWeight, only the rest (its relevance
+//     less, term by term, what of it the record holds too).
 //
 // relevance = min(1, own + ParentWeight·parent + ChildWeight·child): a
 // record alone keeps its own relevance, so a lone record that holds the
@@ -33,7 +37,7 @@ import (
 // evidence adds to it up to 1.
 const (
 	// ParentWeight is how much of its best parent's relevance a record
-	// takes; ChildWeight, of its best child's.
+	// takes; ChildWeight, of what its best child adds to its own.
 	ParentWeight = 0.5
 	ChildWeight  = 0.25
 	// RecallRelevanceShare is relevance's share of a recall score; the
@@ -54,6 +58,10 @@ const (
 type rankParams struct {
 	parent, child float64 // ParentWeight, ChildWeight
 	k1, b         float64 // BM25's, for SearchOptions
+	fields        [store.NumFields]float64
+	// wholeChild lends a child's whole relevance, not only what it adds
+	// to the record's own (the evaluation's comparison).
+	wholeChild bool
 }
 
 // defaultRankParams: k1 0.9 and b 0.4 rather than BM25's usual 1.2 and
@@ -61,13 +69,17 @@ type rankParams struct {
 // note, whose length says little about how much of it is on topic: full
 // length normalisation penalises the turn that says a thing at some
 // length in favour of a short one that only names it.
-var defaultRankParams = rankParams{parent: ParentWeight, child: ChildWeight, k1: 0.9, b: 0.4}
+var defaultRankParams = rankParams{parent: ParentWeight, child: ChildWeight, k1: 0.9, b: 0.4, fields: recallFieldWeights}
 
 // recallFieldWeights are the text fields' BM25 weights (store.FieldNames
 // order: focus, issue, intent, motivation, commitment, perspective, mood).
-// What a record is about (focus) weighs most; perspective, which often
-// repeats who speaks and when across many records, least.
-var recallFieldWeights = [store.NumFields]float64{1, 0.8, 0.8, 0.6, 0.8, 0.5, 0.4}
+// What a record is about (focus) and whose view it is (perspective: who
+// speaks, and when) weigh most. A question that names a person is most
+// often about what that person said or did, so a name in a record's
+// perspective is as much evidence as in its focus, where it is as often
+// someone else addressing them; across many records a perspective's
+// common words weigh little anyway, through their idf.
+var recallFieldWeights = [store.NumFields]float64{1, 0.8, 0.8, 0.6, 0.8, 1, 0.4}
 
 // Retriever is a second source of evidence beside the text index, such as
 // a dense encoder's nearest neighbours. Retrieve returns up to limit held
@@ -115,7 +127,7 @@ func (n *Node) rank(ctx context.Context, query string, limit int, asOf time.Time
 func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit int, asOf time.Time) ([]rankedKey, error) {
 	m := min(max(candidateFactor*limit, minCandidates), MaxRecall)
 	rp := n.rp
-	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: recallFieldWeights, K1: rp.k1, B: rp.b}
+	so := store.SearchOptions{Limit: m, AsOf: asOf, FieldWeights: rp.fields, K1: rp.k1, B: rp.b}
 	hits, err := n.st.Search(ctx, query, so)
 	if err != nil {
 		return nil, fmt.Errorf("search: %w", err)
@@ -236,22 +248,70 @@ func (n *Node) rankWith(ctx context.Context, query string, qvec []float32, limit
 			own[k] = r
 		}
 	}
+	added, err := n.childEvidence(ctx, query, so, own, childrenOf, rp.wholeChild)
+	if err != nil {
+		return nil, err
+	}
 	// A neighbour that is not a seed knows only its seed neighbours: any
 	// other of its neighbours scored below every seed, so leaving it out
 	// changes its evidence by less than the weakest seed's.
 	out := make([]rankedKey, 0, len(at))
-	best := func(keys []string) (b float64) {
-		for _, o := range keys {
-			b = max(b, own[o])
-		}
-		return b
-	}
 	for k, t := range at {
-		r := min(1, own[k]+rp.parent*best(parentsOf[k])+rp.child*best(childrenOf[k]))
+		var parent float64
+		for _, o := range parentsOf[k] {
+			parent = max(parent, own[o])
+		}
+		r := min(1, own[k]+rp.parent*parent+rp.child*added[k])
 		if r > 0 && !n.Hidden(k) {
 			out = append(out, rankedKey{key: k, createdAt: t, relevance: r, score: r})
 		}
 	}
 	slices.SortFunc(out, func(a, b rankedKey) int { return a.compare(b) })
+	return out, nil
+}
+
+// childEvidence is, for each record with children in childrenOf, the most
+// one of its children adds to its own relevance: the child's relevance
+// less, term by term, the text evidence the record holds too (a child
+// that repeats the record's words adds nothing for them). Evidence other
+// than the text's (a Retriever's, a dense encoder's, an author's name)
+// has no terms and counts whole. With whole, a child lends its whole
+// relevance.
+func (n *Node) childEvidence(ctx context.Context, query string, so store.SearchOptions, own map[string]float64, childrenOf map[string][]string, whole bool) (map[string]float64, error) {
+	out := make(map[string]float64, len(childrenOf))
+	// Only a record and a child that both hold some of the query can
+	// share evidence; any other child lends its whole relevance.
+	var keys []string
+	for k, cs := range childrenOf {
+		if own[k] == 0 {
+			continue
+		}
+		for _, c := range cs {
+			if own[c] > 0 {
+				keys = append(keys, k, c)
+			}
+		}
+	}
+	var shares map[string][]float64
+	if !whole && len(keys) > 0 {
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		var err error
+		if _, shares, err = n.st.TermRelevance(ctx, query, keys, so); err != nil {
+			return nil, fmt.Errorf("search: %w", err)
+		}
+	}
+	for k, cs := range childrenOf {
+		mine := shares[k]
+		for _, c := range cs {
+			lent := own[c]
+			if theirs := shares[c]; mine != nil && theirs != nil {
+				for i, x := range theirs {
+					lent -= min(x, mine[i])
+				}
+			}
+			out[k] = max(out[k], lent)
+		}
+	}
 	return out, nil
 }

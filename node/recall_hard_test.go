@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/store"
 
 	"github.com/kljensen/snowball/english"
@@ -586,15 +589,25 @@ func (d *evalDataset) fill(ctx context.Context, n *Node, chained bool) (map[stri
 }
 
 // rankVariant is a named ranking to evaluate: the current one, and
-// BM25's usual k1 and b for comparison.
+// alternatives for comparison.
 type rankVariant struct {
 	name string
 	rp   rankParams
 }
 
 var hardVariants = []rankVariant{
-	{"bm25-k1.2b.75", rankParams{parent: ParentWeight, child: ChildWeight, k1: 1.2, b: 0.75}},
+	{"bm25-k1.2b.75", with(func(rp *rankParams) { rp.k1, rp.b = 1.2, 0.75 })},
+	// The ranking before the perspective weight and the child's added
+	// evidence: perspective 0.5, a child lending its whole relevance.
+	{"persp.5-child", with(func(rp *rankParams) { rp.fields[cmb.Perspective] = 0.5; rp.wholeChild = true })},
 	{"current", defaultRankParams},
+}
+
+// with is defaultRankParams changed by f.
+func with(f func(*rankParams)) rankParams {
+	rp := defaultRankParams
+	f(&rp)
+	return rp
 }
 
 // hardResult accumulates one variant's figures over seeds.
@@ -635,9 +648,22 @@ func evalHard(ctx context.Context, tb testing.TB, d *evalDataset, chained bool, 
 // harder set (ten conversations of 19 sessions, ~4,700 turns and ~370
 // questions a seed) and on the easy one (recall_eval_test.go), so that a
 // change that helps one and hurts the other shows.
+//
+// RECALL_EVAL_SEEDS (e.g. "4,5,6,7,8,9") evaluates other seeds, to
+// confirm on seeds a change was not tuned on.
 func BenchmarkRecallEvalHard(b *testing.B) {
 	ctx := context.Background()
 	seeds := []uint64{1, 2, 3}
+	if env := os.Getenv("RECALL_EVAL_SEEDS"); env != "" {
+		seeds = nil
+		for _, f := range strings.Split(env, ",") {
+			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				b.Fatalf("RECALL_EVAL_SEEDS: %v", err)
+			}
+			seeds = append(seeds, s)
+		}
+	}
 	for _, set := range []string{"hard", "easy"} {
 		for _, chained := range []bool{false, true} {
 			name := set + "/flat"
@@ -662,11 +688,12 @@ func BenchmarkRecallEvalHard(b *testing.B) {
 						}
 						for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
 							s := res[v.name]
-							fmt.Printf("%s seed %d (%d turns, %d questions) %-10s recall@10 %.3f %s\n", name, seed, len(d.turns), len(d.questions), v.name, s.recall10, kinds(s.byKind))
+							fmt.Printf("%s seed %d (%d turns, %d questions) %-13s recall@10 %.3f MRR %.3f %s\n", name, seed, len(d.turns), len(d.questions), v.name, s.recall10, s.mrr, kinds(s.byKind))
 							if avg[v.name] == nil {
 								avg[v.name] = map[string]float64{}
 							}
 							avg[v.name]["all"] += s.recall10 / float64(len(seeds))
+							avg[v.name]["MRR"] += s.mrr / float64(len(seeds))
 							for k, x := range s.byKind {
 								avg[v.name][k] += x / float64(len(seeds))
 							}
@@ -674,9 +701,13 @@ func BenchmarkRecallEvalHard(b *testing.B) {
 					}
 				}
 				for _, v := range append([]rankVariant{{name: "old"}}, hardVariants...) {
-					fmt.Printf("%s mean %-10s recall@10 %.3f %s\n", name, v.name, avg[v.name]["all"], kinds(avg[v.name]))
+					fmt.Printf("%s mean %-13s recall@10 %.3f MRR %.3f %s\n", name, v.name, avg[v.name]["all"], avg[v.name]["MRR"], kinds(avg[v.name]))
 				}
 				for k, x := range avg["current"] {
+					if k == "MRR" {
+						b.ReportMetric(x, "MRR")
+						continue
+					}
 					b.ReportMetric(x, "recall@10-"+k)
 				}
 				b.ReportMetric(avg["old"]["all"], "old-recall@10")
@@ -689,7 +720,7 @@ func BenchmarkRecallEvalHard(b *testing.B) {
 func kinds(m map[string]float64) string {
 	var sb strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if k != "all" {
+		if k != "all" && k != "MRR" {
 			fmt.Fprintf(&sb, " %s %.3f", k, m[k])
 		}
 	}

@@ -316,20 +316,27 @@ func TestSearchFindsInflectionsAndQuestions(t *testing.T) {
 // TestRelevanceIsStable: Relevance lies in [0,1], agrees with Search's, does
 // not depend on which other records matched, and falls as the query asks
 // for more than the record holds.
-func TestRelevanceIsStable(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	defer s.Close()
-	ctx := context.Background()
-	var es []Entry
+// relevanceStore is a store of 30 filler records and two that match
+// "garden tomatoes", both and half (with text half); es[0] is a filler.
+func relevanceStore(t *testing.T, half string) (s *Store, es []Entry, both, halfE Entry) {
+	t.Helper()
+	s = openTest(t, t.TempDir())
+	t.Cleanup(func() { s.Close() })
 	for i := range 30 {
 		es = append(es, mkEntry(fmt.Sprintf("f%d", i), testBase+int64(i), fmt.Sprintf("filler text number %d", i)))
 	}
-	both := mkEntry("both", testBase+100, "garden tomatoes ripening")
-	half := mkEntry("half", testBase+101, "garden hose")
-	es = append(es, both, half)
-	if _, err := s.PutMany(ctx, itemsOf(es)); err != nil {
+	both = mkEntry("both", testBase+100, "garden tomatoes ripening")
+	halfE = mkEntry("half", testBase+101, half)
+	es = append(es, both, halfE)
+	if _, err := s.PutMany(context.Background(), itemsOf(es)); err != nil {
 		t.Fatal(err)
 	}
+	return s, es, both, halfE
+}
+
+func TestRelevanceIsStable(t *testing.T) {
+	ctx := context.Background()
+	s, es, both, half := relevanceStore(t, "garden hose")
 	hits, err := s.Search(ctx, "garden tomatoes", SearchOptions{})
 	if err != nil || len(hits) != 2 {
 		t.Fatalf("hits %+v, %v", hits, err)
@@ -358,6 +365,70 @@ func TestRelevanceIsStable(t *testing.T) {
 	more, _ := s.Relevance(ctx, "garden tomatoes zucchini", []string{both.Key}, SearchOptions{})
 	if more[both.Key] >= rel[both.Key] {
 		t.Fatalf("an unmatched query word did not lower relevance: %v >= %v", more[both.Key], rel[both.Key])
+	}
+	// With MaxTerms, Relevance scores the terms Search scores.
+	o := SearchOptions{MaxTerms: 1}
+	few, err := s.Search(ctx, "garden tomatoes", o)
+	if err != nil || len(few) == 0 {
+		t.Fatalf("MaxTerms 1: hits %+v, %v", few, err)
+	}
+	frel, err := s.Relevance(ctx, "garden tomatoes", []string{both.Key, half.Key}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range few {
+		if math.Abs(h.Relevance-frel[h.Key]) > 1e-12 {
+			t.Errorf("MaxTerms 1: hit %s relevance %v, Relevance %v", h.Key, h.Relevance, frel[h.Key])
+		}
+	}
+	if frel[half.Key] != 0 {
+		t.Errorf("MaxTerms 1: half, which holds only the commoner term, has relevance %v", frel[half.Key])
+	}
+}
+
+// TestTermRelevance: each record's shares, term by term, sum to its
+// Relevance; a term it lacks has share 0, a term found nowhere takes its
+// place in the divisor, and keys matching no term are absent.
+func TestTermRelevance(t *testing.T) {
+	ctx := context.Background()
+	s, es, both, half := relevanceStore(t, "tomatoes in a bowl")
+	const q = "Gardens, tomatoes and zucchini: gardens!"
+	keys := []string{both.Key, half.Key, es[0].Key, "cmb1-nosuch"}
+	rel, err := s.Relevance(ctx, q, keys, SearchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, shares, err := s.TermRelevance(ctx, q, keys, SearchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"garden", "tomato", "zucchini"}; !slices.Equal(terms, want) {
+		t.Fatalf("terms %q, want %q", terms, want)
+	}
+	if len(shares) != 2 {
+		t.Fatalf("shares of non-matching keys reported: %v", shares)
+	}
+	for _, k := range []string{both.Key, half.Key} {
+		sh := shares[k]
+		if len(sh) != len(terms) {
+			t.Fatalf("%s: shares %v for terms %q", k, sh, terms)
+		}
+		sum := 0.0
+		for _, x := range sh {
+			sum += x
+		}
+		if math.Abs(sum-rel[k]) > 1e-12 {
+			t.Errorf("%s: shares %v sum to %v, relevance %v", k, sh, sum, rel[k])
+		}
+		if sh[2] != 0 {
+			t.Errorf("%s: share %v of a term found nowhere", k, sh[2])
+		}
+	}
+	if sh := shares[half.Key]; sh[0] != 0 || sh[1] <= 0 {
+		t.Errorf("half: shares %v, want none for garden, some for tomato", sh)
+	}
+	if sh := shares[both.Key]; sh[0] <= 0 || sh[1] <= 0 {
+		t.Errorf("both: shares %v, want some for garden and tomato", sh)
 	}
 }
 

@@ -521,6 +521,31 @@ func (s *Store) Relevance(ctx context.Context, query string, keys []string, o Se
 	return s.idx.relevance(qterms, keys, o), nil
 }
 
+// TermRelevance is Relevance split by query term: for each of keys, the
+// share of the query's attainable score (Hit.Relevance's divisor) that
+// each of the query's distinct terms contributes, indexed as terms, which
+// it returns. A record's shares sum to its Relevance before the cap at 1.
+// Keys not indexed, or matching no term, are absent. It serves rankers
+// that compare what two records hold of one query term by term, such as
+// what a neighbour adds to a record.
+func (s *Store) TermRelevance(ctx context.Context, query string, keys []string, o SearchOptions) (terms []string, shares map[string][]float64, err error) {
+	if s.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	normalizeSearch(&o)
+	terms = uniq(s.idx.termer.terms(Tokenize(query)))
+	if len(terms) == 0 || len(keys) == 0 {
+		return terms, map[string][]float64{}, nil
+	}
+	if err := s.waitIndexed(ctx); err != nil {
+		return nil, nil, err
+	}
+	return terms, s.idx.termRelevance(terms, keys, o), nil
+}
+
 // uniq drops repeated terms in place, keeping each one's first occurrence
 // in order.
 func uniq(in []string) []string {
@@ -671,16 +696,76 @@ func (x *textIndex) lengthNorms(o SearchOptions) (norm [NumFields]float64) {
 	return norm
 }
 
+// docScore is q's BM25 score in document id, found by binary search of
+// its postings; norm is lengthNorms(o).
+func (q *queryTerm) docScore(id uint32, o SearchOptions, norm *[NumFields]float64) float64 {
+	j, _ := slices.BinarySearchFunc(q.post, id, func(p uint64, id uint32) int {
+		return cmp.Compare(uint32(p>>32), id)
+	})
+	var score float64
+	for ; j < len(q.post) && uint32(q.post[j]>>32) == id; j++ {
+		p := q.post[j]
+		if f := (p >> 29) & 7; q.wi[f] != 0 {
+			score += q.wi[f] * bm25Part(o.K1, o.B, norm[f], uint32(p>>17)&tfMax, uint32(p)&lenMax)
+		}
+	}
+	return score
+}
+
 // relevance is Store.Relevance over the index.
 func (x *textIndex) relevance(qterms []string, keys []string, o SearchOptions) map[string]float64 {
 	out := make(map[string]float64, len(keys))
+	x.termScores(qterms, keys, o, func(k string, _ int, share float64) { out[k] += share })
+	for k, r := range out {
+		out[k] = min(r, 1)
+	}
+	return out
+}
+
+// termRelevance is Store.TermRelevance over the index.
+func (x *textIndex) termRelevance(qterms []string, keys []string, o SearchOptions) map[string][]float64 {
+	out := make(map[string][]float64, len(keys))
+	x.termScores(qterms, keys, o, func(k string, i int, share float64) {
+		if out[k] == nil {
+			out[k] = make([]float64, len(qterms))
+		}
+		out[k][i] = share
+	})
+	return out
+}
+
+// termScores calls fn for each live record of keys and each term of
+// qterms (by index) that it holds, with the term's BM25 score in it as a
+// share of what the query could score (Hit.Relevance's divisor).
+func (x *textIndex) termScores(qterms []string, keys []string, o SearchOptions, fn func(key string, term int, share float64)) {
 	x.readMerged(func() {
 		if x.live == 0 {
 			return
 		}
-		qs, attainable := x.queryTerms(qterms, o)
+		// Term by term, so that qs[i] is qterms[i] (queryTerms leaves out
+		// terms found nowhere); the divisor is the whole query's.
+		qs := make([]queryTerm, len(qterms))
+		var attainable float64
+		for i, t := range qterms {
+			_, a := x.queryTermsInto(qs[i:i:i+1], []string{t}, o)
+			attainable += a
+		}
 		if attainable == 0 {
 			return
+		}
+		if o.MaxTerms > 0 {
+			// As queryTerms does: only the MaxTerms rarest terms found
+			// score, ties in query order.
+			var found []int
+			for i := range qs {
+				if qs[i].ub > 0 {
+					found = append(found, i)
+				}
+			}
+			slices.SortStableFunc(found, func(a, b int) int { return cmp.Compare(len(qs[a].post), len(qs[b].post)) })
+			for _, i := range found[min(o.MaxTerms, len(found)):] {
+				qs[i] = queryTerm{}
+			}
 		}
 		norm := x.lengthNorms(o)
 		for _, k := range keys {
@@ -688,25 +773,13 @@ func (x *textIndex) relevance(qterms []string, keys []string, o SearchOptions) m
 			if !ok || !x.docs[id].alive {
 				continue
 			}
-			var score float64
 			for i := range qs {
-				q := &qs[i]
-				j, _ := slices.BinarySearchFunc(q.post, id, func(p uint64, id uint32) int {
-					return cmp.Compare(uint32(p>>32), id)
-				})
-				for ; j < len(q.post) && uint32(q.post[j]>>32) == id; j++ {
-					p := q.post[j]
-					if f := (p >> 29) & 7; q.wi[f] != 0 {
-						score += q.wi[f] * bm25Part(o.K1, o.B, norm[f], uint32(p>>17)&tfMax, uint32(p)&lenMax)
-					}
+				if score := qs[i].docScore(id, o, &norm); score > 0 {
+					fn(k, i, score/attainable)
 				}
-			}
-			if score > 0 {
-				out[k] = min(score/attainable, 1)
 			}
 		}
 	})
-	return out
 }
 
 // searchLocked runs a search; the delta must be empty.
