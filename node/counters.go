@@ -28,6 +28,19 @@ type Counters struct {
 	rejected map[string]int64
 }
 
+// Active is signalled each time a record is authored or received here
+// (Counters.Authored, Received), signals coalescing while none is taken, so
+// one listener (the daemon's memory return) can wait for the next burst
+// instead of polling the counters.
+func (n *Node) Active() <-chan struct{} { return n.active }
+
+func (n *Node) noteActive() {
+	select {
+	case n.active <- struct{}{}:
+	default:
+	}
+}
+
 func (c *Counters) reject(reason string) {
 	c.mu.Lock()
 	if c.rejected == nil {

@@ -238,6 +238,7 @@ type Node struct {
 	quotas   *quotas
 	prune    rosterPrune
 	accepted *acceptLog
+	active   chan struct{} // Active
 
 	Counters Counters
 }
@@ -276,7 +277,7 @@ func Open(opts Options) (*Node, error) {
 		id: opts.Identity, group: g, home: opts.Home, st: st, bus: events.NewBus(),
 		log: opts.Logger, now: opts.Now, boxes: map[string]*e2e.Box{}, allowUnsigned: opts.AllowUnsigned, version: opts.Version,
 		retriever: opts.Retriever, rp: defaultRankParams, names: newNameIndex(), limits: opts.Limits, quotas: newQuotas(opts.Limits),
-		ownPub: opts.Identity.PublicKeyB64(), ownX: opts.Identity.E2EPublicKeyDER(),
+		ownPub: opts.Identity.PublicKeyB64(), ownX: opts.Identity.E2EPublicKeyDER(), active: make(chan struct{}, 1),
 	}
 	if err := n.pinSelf(context.Background()); err != nil {
 		st.Close()
@@ -436,6 +437,7 @@ func (n *Node) Remember(ctx context.Context, in RememberInput) (Result, error) {
 	res, err := n.keepAndPublish(ctx, rec, recipientBox)
 	if err == nil && !res.Duplicate {
 		n.Counters.Authored.Add(1)
+		n.noteActive()
 	}
 	return res, err
 }

@@ -89,6 +89,7 @@ var ErrNotForUs = errors.New("directed to another node")
 // for roster conflicts); ErrNotForUs means "valid, relay only".
 func (n *Node) Check(ctx context.Context, rec *cmb.Record, src Source) (*Checked, error) {
 	n.Counters.Received.Add(1)
+	n.noteActive()
 	c, err := n.check(ctx, rec, src)
 	if err != nil && !errors.Is(err, ErrNotForUs) {
 		n.Counters.reject(rejectReason(err))

@@ -22,6 +22,9 @@ type testHooks struct {
 	// compactStep, if set, is called after each step of compactSegments
 	// with the step and the segment; an error stops the compaction there.
 	compactStep func(step compactStep, seg uint32) error
+	// compactQuiet and compactCheck, if positive, replace those constants
+	// (compactors.go); set before Open.
+	compactQuiet, compactCheck time.Duration
 }
 
 func (h *testHooks) checkpointBytes() int64 {

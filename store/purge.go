@@ -162,6 +162,9 @@ func (s *Store) compactValueLog(ctx context.Context) error {
 		txn := s.db.NewTransaction(false)
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false})
 		gcErr := s.db.RunValueLogGC(0.5)
+		if gcErr == nil {
+			s.wroteBadger() // it copied live entries
+		}
 		var syncErr error
 		if gcErr == nil {
 			syncErr = syncBadger(s.db, s.dir)

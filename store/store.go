@@ -284,6 +284,9 @@ type Store struct {
 	// reader of the text index waits for it (waitIndexed).
 	loadedTexts []loadedText
 	textsLoaded chan struct{}
+	// compact pauses badger's compaction workers while nothing is
+	// written (compactors.go).
+	compact compactGate
 }
 
 // loadedText is one record found at Open, for the text index.
@@ -336,6 +339,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		lines:       newLineIndex(),
 		trust:       newTrustState(),
 	}
+	s.compact.init()
 	s.readOnly.Store(readOnly)
 	if readOnly {
 		s.full.Store(&DiskFullError{Path: dir, Free: free, Need: need, ReadOnly: true})
@@ -364,6 +368,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading tombstones: %w", err))
 	}
 	go s.writer()
+	go s.governCompactors()
 	return s, nil
 }
 
@@ -702,6 +707,7 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.closing)
 		<-s.wdone
+		<-s.compact.done
 		// Once badger is durable no frame needs replaying: the mark moves
 		// to the end of the log, and the segment drops its unused room.
 		var serr error

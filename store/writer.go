@@ -615,6 +615,7 @@ func (s *Store) applyLocked(b *batch) error {
 	var err error
 	if write && !s.opts.hooks.lostBadgerWrites {
 		err = applyOps(s.db, b.ops)
+		s.wroteBadger()
 	}
 	if write && err == nil {
 		b.applied = true
@@ -760,6 +761,7 @@ func (s *Store) mark() error {
 	v := binary.LittleEndian.AppendUint32(nil, seg)
 	v = binary.LittleEndian.AppendUint64(v, uint64(off))
 	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(markKey, v) })
+	s.wroteBadger()
 	if err == nil {
 		err = s.db.Sync()
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 
 	"github.com/cmbnode/cmbnode/node/daemon"
@@ -28,7 +30,7 @@ func ifGiven[T any](given map[string]bool, name string, v *T) *T {
 }
 
 func cmdDaemon(e *env, args []string) error {
-	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L] [--cpuprofile FILE]")
+	fs := newFlags(e, "daemon", "daemon [--home DIR] [--name N] [--group G] [--public] [--listen MADDR]… [--bootstrap MADDR]… [--relay MADDR]… [--relay-service] [--reachability R] [--nat-port-map] [--no-mdns] [--cgp-http ADDR] [--metrics ADDR] [--retention D] [--log-json] [--log-level L] [--cpuprofile FILE] [--trace FILE]")
 	home := homeFlag(fs)
 	// Only flags given on the command line override the file.
 	var o daemon.Overrides
@@ -48,6 +50,7 @@ func cmdDaemon(e *env, args []string) error {
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	name := fs.String("name", "", "name for the identity created on first run (default: from the hostname)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (for `go tool pprof`), finished when it stops")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the daemon's run to FILE (for `go tool trace`: what wakes it and when), finished when it stops")
 	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
@@ -77,6 +80,13 @@ func cmdDaemon(e *env, args []string) error {
 		}
 		defer stop()
 	}
+	if *traceFile != "" {
+		stop, err := startTrace(*traceFile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return withFix(daemon.Run(e.ctx, daemon.Options{
 		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Version: version(),
 	}))
@@ -84,13 +94,24 @@ func cmdDaemon(e *env, args []string) error {
 
 // startCPUProfile profiles the process into path until stop is called.
 func startCPUProfile(path string) (stop func(), err error) {
+	return record("--cpuprofile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// startTrace writes an execution trace of the process to path until stop
+// is called.
+func startTrace(path string) (stop func(), err error) {
+	return record("--trace", path, trace.Start, trace.Stop)
+}
+
+// record runs start on a new file at path, which flag named; stop ends it.
+func record(flag, path string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { end(); f.Close() }, nil
 }

@@ -22,24 +22,49 @@ const (
 // freed pages returned. Go collects only as the heap grows, and a daemon
 // that goes quiet after a burst would otherwise keep the burst's garbage
 // resident, twice what it holds, until the runtime's two-minute forced
-// collection. It costs one collection per burst, none while idle.
+// collection. It costs one collection per burst; between bursts it waits
+// for the next record and never wakes.
 func trimAfterBursts(ctx context.Context, n *node.Node) {
-	t := time.NewTicker(trimEvery)
+	afterBursts(ctx, n.Active(), func() int64 { return n.Counters.Authored.Load() + n.Counters.Received.Load() },
+		trimEvery, debug.FreeOSMemory)
+}
+
+// afterBursts calls trim once per burst of activity: once active has
+// signalled and activity() then stays the same for trimQuiet looks, every
+// look apart.
+func afterBursts(ctx context.Context, active <-chan struct{}, activity func() int64, every time.Duration, trim func()) {
+	t := time.NewTicker(every)
+	t.Stop()
 	defer t.Stop()
-	activity := func() int64 { return n.Counters.Authored.Load() + n.Counters.Received.Load() }
-	last, quiet := activity(), trimQuiet
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-active:
 		}
-		now := activity()
-		if now != last {
-			quiet = 0
-		} else if quiet++; quiet == trimQuiet {
-			debug.FreeOSMemory()
+		t.Reset(every)
+		last := activity()
+		for quiet := 0; quiet < trimQuiet; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// Taken before the count is read: a record after the read
+			// signals again, and starts the next round.
+			select {
+			case <-active:
+			default:
+			}
+			now := activity()
+			if now != last {
+				quiet = 0
+			} else {
+				quiet++
+			}
+			last = now
 		}
-		last = now
+		t.Stop()
+		trim()
 	}
 }
