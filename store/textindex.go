@@ -198,6 +198,11 @@ type scoreScratch struct {
 	qs      []queryTerm // the query's terms, as queryTerms finds them
 	order   []uint64    // queryTermsInto's ranks of terms by rarity
 	kept    []queryTerm // and the rarest, before they go back into qs
+	// idfs are idf(df) for df < len(idfs) as one query computes them
+	// (0 until then): a query of a record's text has a few hundred terms
+	// in up to seven fields each, and most of their document frequencies
+	// are a few small numbers.
+	idfs [256]float64
 }
 
 // partTable holds BM25's term-frequency factor for tf < partTF and field
@@ -616,7 +621,20 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 	for _, w := range o.FieldWeights {
 		maxW = max(maxW, w)
 	}
-	idf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	idfOf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	memo := &sc.idfs
+	clear(memo[:])
+	idf := func(df float64) float64 {
+		if df >= float64(len(memo)) {
+			return idfOf(df)
+		}
+		// idf is positive (its argument exceeds 1), so 0 marks "not yet".
+		v := &memo[int(df)]
+		if *v == 0 {
+			*v = idfOf(df)
+		}
+		return *v
+	}
 	for _, t := range qterms {
 		pl := x.terms.get(t, termHash(t))
 		if pl == nil {
