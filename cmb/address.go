@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -64,9 +65,11 @@ var addrTag = []byte("mmp-cmb-v1\n")
 // parent set and the remixing node (receiver = the remix's createdBy, §14 A2).
 // Texts are NFC-normalised here, so callers may pass wire text as received.
 func AddressV1(texts *[NumFields]string, parents []string, receiver string) string {
-	// Sized so a typical record's preimage stays on the stack.
-	var stack [4096]byte
-	buf := append(stack[:0], addrTag...)
+	// The preimage is built in a recycled buffer, not on the stack: a
+	// gossip validator runs on a fresh goroutine per message, whose stack
+	// a 4 KB frame here made grow (and be copied) for every record.
+	bp := preimages.Get().(*[]byte)
+	buf := append((*bp)[:0], addrTag...)
 	for i := range texts {
 		// Skip building a normalised copy when the text is already NFC, the
 		// common case, keeping the address off the allocator.
@@ -92,11 +95,21 @@ func AddressV1(texts *[NumFields]string, parents []string, receiver string) stri
 		buf = AppendLP(buf, receiver)
 	}
 	sum := sha256.Sum256(buf)
+	if cap(buf) <= maxPooledPreimage {
+		*bp = buf[:0]
+		preimages.Put(bp)
+	}
 	var out [KeyLenV1]byte
 	copy(out[:], PrefixV1)
 	hex.Encode(out[len(PrefixV1):], sum[:])
 	return string(out[:])
 }
+
+// preimages recycles AddressV1's preimage buffers; one of a record of
+// long texts (past maxPooledPreimage) is left to the collector.
+var preimages = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledPreimage = 64 << 10
 
 // AddressLegacy computes the verify-only legacy cmb- key: the first 32 hex of
 // SHA-256 over the pipe-joined texts, with no normalisation (MMP §8.2.1).

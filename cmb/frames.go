@@ -299,6 +299,23 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 				continue
 			}
 		}
+		// The common literals are read as json.Unmarshal would read them
+		// (the payload is valid JSON, so digits are a JSON integer), without
+		// its reflection; anything else goes to it.
+		switch p := dst.(type) {
+		case *int64:
+			if isDigits(m[1]) {
+				if v, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil {
+					*p = v
+					continue
+				}
+			}
+		case *bool:
+			if lit := string(m[1]); lit == "true" || lit == "false" {
+				*p = lit == "true"
+				continue
+			}
+		}
 		if err := json.Unmarshal(m[1], dst); err != nil {
 			return nil, true, fmt.Errorf("%w: cmb frame: %v", ErrDiscard, err)
 		}
@@ -357,4 +374,20 @@ func appendCMBFrame(b []byte, f *CMBFrame) []byte {
 		b = appendString(b, f.E2EPublicKey)
 	}
 	return append(b, '}')
+}
+
+// isDigits reports raw is an optional minus sign and decimal digits.
+func isDigits(raw []byte) bool {
+	if len(raw) > 0 && raw[0] == '-' {
+		raw = raw[1:]
+	}
+	if len(raw) == 0 {
+		return false
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

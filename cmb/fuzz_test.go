@@ -44,6 +44,10 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add([]byte(`{"type":"handshake","nodeId":"0192e4a2-7b5c-7def-8a3b-9c4d5e6f7a8b","name":"n","version":"1.1.0","publicKey":"IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"}`))
 	f.Add([]byte(`{"type":"cmb-fetch-result","reqId":"r","key":"k","found":false,"cmb":null}`))
 	f.Add([]byte(`{"type":"x"}`))
+	// Frame members read without json.Unmarshal, and those it must still read.
+	f.Add([]byte(`{"type":"cmb","timestamp":-12,"directed":true,"cmb":null}`))
+	f.Add([]byte(`{"type":"cmb","timestamp":99999999999999999999,"directed":false,"cmb":null}`))
+	f.Add([]byte(`{"type":"cmb","timestamp":1.5e3,"directed":null,"cmb":null}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sameAsUnmarshal(t, data)
 		fr, err := ParseFrame(data)

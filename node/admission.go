@@ -258,9 +258,7 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			}
 		}
 		terms = n.st.Terms(all)
-		o := store.SearchOptions{Limit: 4 * n.adm.nearest, Group: group, MaxTerms: nearestTerms}
-		var hits []store.Hit
-		var err error
+		var query string
 		if trimmed {
 			// Other white space at either end can be part of a word
 			// (U+202F joins letters in UAX #29): search the texts as
@@ -270,22 +268,44 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 				q.WriteString(texts[cmb.FieldNames[f]])
 				q.WriteByte('\n')
 			}
-			hits, err = n.st.Search(ctx, q.String(), o)
-		} else {
-			hits, err = n.st.SearchTerms(ctx, terms, fields, o)
+			query = q.String()
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		added := 0
-		for _, h := range hits {
-			if added == n.adm.nearest {
-				break
+		search := func(limit int) ([]store.Hit, error) {
+			o := store.SearchOptions{Limit: limit, Group: group, MaxTerms: nearestTerms}
+			if trimmed {
+				return n.st.Search(ctx, query, o)
 			}
-			if !seen[h.Key] && n.isAnchor(h.Key) {
-				out = append(out, store.KeyTime{Key: h.Key, CreatedAt: h.CreatedAt})
-				seen[h.Key] = true
-				added++
+			return n.st.SearchTerms(ctx, terms, fields, o)
+		}
+		// The nearest anchors are the first of the best 4×Nearest hits
+		// that are anchors and not recent ones. A search's best k hits are
+		// the first k of its best 4×Nearest (hits rank in a total order),
+		// and a search for fewer costs less (MaxScore stops sooner), so
+		// the best 2×Nearest are searched first, which most often hold
+		// enough anchors, and the best 4×Nearest only when they do not.
+		picked := len(out)
+		for _, limit := range [...]int{2 * n.adm.nearest, 4 * n.adm.nearest} {
+			for _, kt := range out[picked:] { // a second search starts over
+				delete(seen, kt.Key)
+			}
+			out = out[:picked]
+			hits, err := search(limit)
+			if err != nil {
+				return nil, nil, err
+			}
+			added := 0
+			for _, h := range hits {
+				if added == n.adm.nearest {
+					break
+				}
+				if !seen[h.Key] && n.isAnchor(h.Key) {
+					out = append(out, store.KeyTime{Key: h.Key, CreatedAt: h.CreatedAt})
+					seen[h.Key] = true
+					added++
+				}
+			}
+			if added == n.adm.nearest || len(hits) < limit {
+				break // enough, or no more to find
 			}
 		}
 	}

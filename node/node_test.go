@@ -140,6 +140,10 @@ func TestReceivePipeline(t *testing.T) {
 		if ev.Name != events.CMBAccepted || ev.Data.(AcceptedEvent).Key != res.Key {
 			t.Fatalf("event %+v", ev)
 		}
+		// Fields, seq and cursor are filled in only when a listener is there.
+		if a := ev.Data.(AcceptedEvent); a.Fields["focus"].Text != "broadcast to alpha" || a.Seq != 1 || a.Cursor == "" {
+			t.Fatalf("event lacks its fields, seq or cursor: %+v", a)
+		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("no cmb-accepted event")
 	}

@@ -341,7 +341,7 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	n.Counters.Accepted.Add(1)
 	ev := AcceptedEvent{
 		Key: c.Record.Key, Source: src, CreatedBy: c.Record.CreatedBy, CreatedAt: c.Record.CreatedAt,
-		Group: group.Normalize(c.Record.Group), Fields: FieldsView(&c.Record.Fields), Directed: c.Directed,
+		Group: group.Normalize(c.Record.Group), Directed: c.Directed,
 		Decision: DecisionDirected, Via: c.Source.Via,
 	}
 	if !c.Directed {
@@ -354,7 +354,7 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	}
 	// Replay (resume.go) rebuilds this event from the store: a member
 	// added here must be kept there too, or in the ring.
-	n.accepted.publish(n.bus, ev, v != nil)
+	n.accepted.publish(n.bus, ev, &c.Record.Fields, v != nil)
 	return false, nil
 }
 

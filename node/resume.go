@@ -84,8 +84,9 @@ func (l *acceptLog) cursor(seq uint64) string {
 	return l.boot + "." + strconv.FormatUint(seq, 10)
 }
 
-// publish numbers ev, keeps it in the ring and publishes it.
-func (l *acceptLog) publish(bus *events.Bus, ev AcceptedEvent, judged bool) {
+// publish numbers ev, keeps it in the ring and publishes it, with its
+// fields from f, if anyone listens.
+func (l *acceptLog) publish(bus *events.Bus, ev AcceptedEvent, f *cmb.Fields, judged bool) {
 	e := acceptEntry{}
 	switch cmb.SchemeOf(ev.Key) {
 	case cmb.SchemeV1:
@@ -110,8 +111,11 @@ func (l *acceptLog) publish(bus *events.Bus, ev AcceptedEvent, judged bool) {
 	} else {
 		l.ring[(l.head-1)%uint64(l.size)] = e
 	}
-	ev.Seq, ev.Cursor = l.head, l.cursor(l.head)
-	bus.Publish(events.Event{Name: events.CMBAccepted, Data: ev})
+	seq := l.head
+	bus.PublishFunc(events.CMBAccepted, func() any {
+		ev.Seq, ev.Cursor, ev.Fields = seq, l.cursor(seq), FieldsView(f)
+		return ev
+	})
 }
 
 func (l *acceptLog) intern(via string) uint8 {

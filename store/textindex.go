@@ -196,6 +196,13 @@ type scoreScratch struct {
 	cands   []uint32
 	tab     partTable
 	qs      []queryTerm // the query's terms, as queryTerms finds them
+	order   []uint64    // queryTermsInto's ranks of terms by rarity
+	kept    []queryTerm // and the rarest, before they go back into qs
+	// idfs are idf(df) for df < len(idfs) as one query computes them
+	// (0 until then): a query of a record's text has a few hundred terms
+	// in up to seven fields each, and most of their document frequencies
+	// are a few small numbers.
+	idfs [256]float64
 }
 
 // partTable holds BM25's term-frequency factor for tf < partTF and field
@@ -626,19 +633,33 @@ type queryTerm struct {
 // most the query could score (the divisor of Hit.Relevance). The caller
 // holds the lock, with the delta merged.
 func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
-	return x.queryTermsInto(make([]queryTerm, 0, len(qterms)), qterms, o)
+	return x.queryTermsInto(&scoreScratch{qs: make([]queryTerm, 0, len(qterms))}, qterms, o)
 }
 
-// queryTermsInto is queryTerms appending to buf (which it may reorder).
-func (x *textIndex) queryTermsInto(buf []queryTerm, qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
-	qs = buf[:0]
+// queryTermsInto is queryTerms in sc's buffers: it appends to sc.qs (which
+// it may reorder).
+func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
+	qs = sc.qs[:0]
 	n := float64(x.live)
 	k1 := o.K1
 	maxW := 0.0
 	for _, w := range o.FieldWeights {
 		maxW = max(maxW, w)
 	}
-	idf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	idfOf := func(df float64) float64 { return math.Log(1 + (n-df+0.5)/(df+0.5)) }
+	memo := &sc.idfs
+	clear(memo[:])
+	idf := func(df float64) float64 {
+		if df >= float64(len(memo)) {
+			return idfOf(df)
+		}
+		// idf is positive (its argument exceeds 1), so 0 marks "not yet".
+		v := &memo[int(df)]
+		if *v == 0 {
+			*v = idfOf(df)
+		}
+		return *v
+	}
 	for _, t := range qterms {
 		pl := x.terms.get(t, termHash(t))
 		if pl == nil {
@@ -664,17 +685,19 @@ func (x *textIndex) queryTermsInto(buf []queryTerm, qterms []string, o SearchOpt
 	if o.MaxTerms > 0 && len(qs) > o.MaxTerms {
 		// The rarest, ties in query order: a stable sort by posting count,
 		// done on (count, position) pairs rather than moving the terms.
-		order := make([]uint64, len(qs))
+		order := sc.order[:0]
 		for i := range qs {
-			order[i] = uint64(len(qs[i].post))<<32 | uint64(i)
+			order = append(order, uint64(len(qs[i].post))<<32|uint64(i))
 		}
 		slices.Sort(order)
 		// Copied out first: a kept term may sit where another is to go.
-		kept := make([]queryTerm, o.MaxTerms)
-		for i := range kept {
-			kept[i] = qs[uint32(order[i])]
+		kept := sc.kept[:0]
+		for _, r := range order[:o.MaxTerms] {
+			kept = append(kept, qs[uint32(r)])
 		}
 		qs = append(qs[:0], kept...)
+		clear(kept) // they hold posting lists
+		sc.order, sc.kept = order, kept[:0]
 	}
 	return qs, attainable
 }
@@ -839,7 +862,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
 	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
-	qs, attainable := x.queryTermsInto(sc.qs, qterms, o)
+	qs, attainable := x.queryTermsInto(sc, qterms, o)
 	defer func() {
 		clear(qs[:cap(qs)]) // they hold posting lists
 		sc.qs = qs[:0]
@@ -959,11 +982,18 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		sc.live = live
 	}
 
-	h := hitHeap{}
+	// At least Limit candidates score kth or more, so one whose text with
+	// the largest possible recency falls short of it is not among the hits:
+	// only the few that reach it are read from the document table and
+	// ranked (a table read each is most of this loop's cost otherwise).
+	if len(cands) > o.Limit {
+		kth = max(kth, x.kth(sc.score, cands, o.Limit))
+	}
+	h := make(hitHeap, 0, min(o.Limit, len(cands)))
 	for _, id := range cands {
 		// A document that cannot beat the worst kept hit even with the
 		// largest possible recency is skipped before paying for exp2.
-		if len(h) == o.Limit && sc.score[id]+rw < h[0].Score {
+		if sc.score[id]+rw < kth || len(h) == o.Limit && sc.score[id]+rw < h[0].Score {
 			continue
 		}
 		d := &x.docs[id]
@@ -997,7 +1027,11 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 // least k of them. The heap is written out: container/heap would box
 // every score it is handed, one allocation per candidate.
 func (x *textIndex) kth(score []float64, ids []uint32, k int) float64 {
-	h := make([]float64, 0, k)
+	var small [64]float64 // the usual k, off the heap
+	h := small[:0]
+	if k > len(small) {
+		h = make([]float64, 0, k)
+	}
 	for _, id := range ids {
 		v := score[id]
 		if len(h) < k {

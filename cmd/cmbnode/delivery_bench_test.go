@@ -66,9 +66,13 @@ type deliveryStep struct {
 	p50, p99      time.Duration
 	senderCPU     time.Duration
 	receiverCPU   time.Duration
-	accepted      int // events the receiver's listener got
-	stored        int // records the receiver holds at the end (the probe included)
-	listenerErr   string
+	// Context switches of each daemon's threads over the step: every
+	// hand-off that finds a thread asleep costs one, and on an idle
+	// machine that wake-up's CPU shows in the figures above.
+	senderSw, receiverSw int64
+	accepted             int // events the receiver's listener got
+	stored               int // records the receiver holds at the end (the probe included)
+	listenerErr          string
 }
 
 func (s deliveryStep) ok() bool {
@@ -80,8 +84,16 @@ func (s deliveryStep) String() string {
 	if !s.ok() {
 		st = fmt.Sprintf("FAIL lost %d failed %d %s", s.lost, s.failed, s.listenerErr)
 	}
-	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms, CPU/CMB sender %.0f µs receiver %.0f µs — %s",
-		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted), st)
+	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms, CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f — %s",
+		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
+		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), st)
+}
+
+func perN(k int64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(k) / float64(n)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -333,6 +345,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	}
 
 	cpuS0, cpuR0 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
+	swS0, swR0 := procSwitches(snd.pid()), procSwitches(rcv.pid())
 	start := time.Now().Add(10 * time.Millisecond)
 	for i := range n {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
@@ -355,13 +368,15 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cpuS1, cpuR1 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
+	swS1, swR1 := procSwitches(snd.pid()), procSwitches(rcv.pid())
 	stored := status(b, dialDaemon(b, rcv)).CMBs
 	for _, c := range conns {
 		c.Close()
 	}
 	lis.Close()
 
-	s := deliveryStep{rate: rate, failed: failed, senderCPU: cpuS1 - cpuS0, receiverCPU: cpuR1 - cpuR0, stored: stored}
+	s := deliveryStep{rate: rate, failed: failed, senderCPU: cpuS1 - cpuS0, receiverCPU: cpuR1 - cpuR0,
+		senderSw: swS1 - swS0, receiverSw: swR1 - swR0, stored: stored}
 	select {
 	case e := <-listenDone:
 		if !strings.Contains(e, "use of closed") {
@@ -416,6 +431,29 @@ func dialRaw(b *testing.B, sock string) net.Conn {
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// procSwitches is the context switches, voluntary and not, of pid's
+// threads (a Go daemon's threads live as long as it does).
+func procSwitches(pid int) int64 {
+	dirs, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+	var n int64
+	for _, d := range dirs {
+		raw, err := os.ReadFile(d)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
 }
 
 // procCPU is pid's user plus system time.

@@ -75,6 +75,21 @@ func (s *Sub) Close() {
 func (b *Bus) Publish(e Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.publishLocked(e)
+}
+
+// PublishFunc is Publish of an event named name whose data is made by
+// data, called only if there is a subscriber: a node receiving thousands
+// of records a second builds no event nobody is there to read.
+func (b *Bus) PublishFunc(name string, data func() any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.subs) > 0 {
+		b.publishLocked(Event{Name: name, Data: data()})
+	}
+}
+
+func (b *Bus) publishLocked(e Event) {
 	for s := range b.subs {
 		select {
 		case s.c <- e:

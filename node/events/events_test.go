@@ -27,3 +27,23 @@ func TestSlowSubscriberIsDroppedOthersKeepReceiving(t *testing.T) {
 		t.Fatal("closed subscriber still registered")
 	}
 }
+
+func TestPublishFuncBuildsOnlyForSubscribers(t *testing.T) {
+	b := NewBus()
+	built := 0
+	data := func() any { built++; return built }
+	b.PublishFunc(CMBAccepted, data)
+	if built != 0 {
+		t.Fatalf("data built %d times with nobody subscribed", built)
+	}
+	s1, s2 := b.Subscribe(4), b.Subscribe(4)
+	b.PublishFunc(CMBAccepted, data)
+	if built != 1 {
+		t.Fatalf("data built %d times for two subscribers, want once", built)
+	}
+	for _, s := range []*Sub{s1, s2} {
+		if e := <-s.C; e.Name != CMBAccepted || e.Data != 1 {
+			t.Fatalf("got %+v", e)
+		}
+	}
+}

@@ -180,9 +180,9 @@ func BenchmarkMaxLosslessRate(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// Receiver ingest: the gossip receive path (Check, then Accept with 32
-// store workers as the mesh runs it) over records signed elsewhere, per
-// core of GOMAXPROCS.
+// Receiver ingest: the gossip receive path (Check, then Accept, with 32
+// records in flight as the mesh's validators keep them) over records
+// signed elsewhere, per core of GOMAXPROCS.
 func BenchmarkReceiverIngest(b *testing.B) {
 	author := newMember(b, "bench", "author", nil, mesh.DisableCatchUp)
 	recv := newMember(b, "bench", "receiver", nil, mesh.DisableCatchUp)

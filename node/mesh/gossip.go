@@ -23,14 +23,9 @@ import (
 // sized for a burst of several thousand records; whatever still drops is
 // recovered by catch-up.
 const (
-	validateQueue = 8192  // messages waiting for a validator goroutine
-	validateConc  = 4096  // validations in flight; beyond, GossipSub drops ("validation throttled")
-	outboundQueue = 8192  // per-peer RPCs waiting to be written
-	subBuffer     = 32768 // validated messages waiting for the subscription loop
-	acceptQueue   = 8192  // checked records waiting for a store worker
-	// acceptWorkers store in parallel so the store's group commit batches
-	// them into few fsyncs; one worker would pay one fsync per record.
-	acceptWorkers = 32
+	validateQueue = 8192 // messages waiting for a validator goroutine
+	validateConc  = 4096 // validations in flight; beyond, GossipSub drops ("validation throttled")
+	outboundQueue = 8192 // per-peer RPCs waiting to be written
 	// unadmittedScore keeps a peer that has not handshaken into our group
 	// below the gossip and publish thresholds, above the graylist.
 	unadmittedScore = -600
@@ -142,24 +137,31 @@ func (m *Mesh) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("start gossip: join %s: %w", topicName, err)
 	}
-	sub, err := topic.Subscribe(pubsub.WithBufferSize(subBuffer))
+	// The validator stores what it accepts, so the topic is relayed rather
+	// than subscribed: a subscription would hand every record on through
+	// two more goroutines only to be dropped. Relaying announces the topic
+	// and joins its mesh as a subscription does.
+	unrelay, err := topic.Relay()
 	if err != nil {
 		topic.Close()
-		return fmt.Errorf("start gossip: subscribe %s: %w", topicName, err)
+		return fmt.Errorf("start gossip: relay %s: %w", topicName, err)
 	}
-	m.ps, m.topic, m.sub = ps, topic, sub
-	m.goRun(m.subscriptionLoop)
-	for range acceptWorkers {
-		m.goRun(m.acceptWorker)
-	}
+	m.ps, m.topic, m.unrelay = ps, topic, unrelay
 	return nil
 }
 
 // validate is the topic validator: size, in a private group opening the
 // envelope, decode, then the node's receive pipeline (group, author key and
-// pin, decryption, address, signature, audience, dedup). Invalid messages
-// are rejected — not merely ignored — so GossipSub neither forwards them
-// nor keeps them in its cache.
+// pin, decryption, address, signature, audience, dedup), and a record that
+// passes is stored (node.Accept) before the message is accepted. Invalid
+// messages are rejected — not merely ignored — so GossipSub neither
+// forwards them nor keeps them in its cache.
+//
+// Storing here, rather than handing the record on to store workers, spares
+// each record two goroutine hand-offs; the validator runs asynchronously,
+// one goroutine per message, so records stored at once share the store's
+// group commit as the workers' did. A record is relayed once it is
+// durable here.
 //
 // A private group's message is a groupkey envelope (KindGossip) around the
 // cmb frame, sealed with a random nonce: the same record published twice
@@ -235,7 +237,13 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 		m.n.Counters.Duplicates.Add(1)
 		return pubsub.ValidationIgnore
 	}
-	msg.ValidatorData = c
+	if !m.track() {
+		return pubsub.ValidationIgnore // closing: catch-up delivers it later
+	}
+	defer m.wg.Done()
+	// A record valid here is relayed even if storing it failed: the store's
+	// trouble is no fault of the record (accept logs it).
+	m.accept(ctx, c, 0)
 	return pubsub.ValidationAccept
 }
 
@@ -251,37 +259,6 @@ func (m *Mesh) nodeIDOf(pid peer.ID) string {
 		return ps.info.NodeID
 	}
 	return ""
-}
-
-// subscriptionLoop hands validated records to the store workers. It must
-// keep up: GossipSub drops messages for a subscription whose buffer is full.
-func (m *Mesh) subscriptionLoop(ctx context.Context) {
-	for {
-		msg, err := m.sub.Next(ctx)
-		if err != nil {
-			return
-		}
-		c, _ := msg.ValidatorData.(*node.Checked)
-		if c == nil || msg.ReceivedFrom == m.h.ID() {
-			continue
-		}
-		select {
-		case m.acceptQ <- c:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func (m *Mesh) acceptWorker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case c := <-m.acceptQ:
-			m.accept(ctx, c, 0)
-		}
-	}
 }
 
 // accept stores a checked record and queues its missing parents for fetch.

@@ -247,7 +247,8 @@ type Mesh struct {
 
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic
-	sub   *pubsub.Subscription
+	// unrelay ends the relaying of topic.
+	unrelay pubsub.RelayCancelFunc
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -287,7 +288,6 @@ type Mesh struct {
 
 	drops   *dropTracer
 	scores  peerScores
-	acceptQ chan *node.Checked
 	pending *pending
 	claims  *claims      // missing keys a catch-up is fetching (progress.go)
 	sync    *syncTracker // catch-up progress (progress.go)
@@ -350,7 +350,6 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		peerInfoDialing: map[peer.ID]bool{},
 		peerInfoSlots:   make(chan struct{}, peerInfoSlots),
 		peerInfoBudget:  newDialBudget(),
-		acceptQ:         make(chan *node.Checked, acceptQueue),
 		admitCh:         make(chan struct{}),
 		observed:        map[peer.ID]ma.Multiaddr{},
 		limit:           newLimiter(cfg.PublishRate, cfg.PublishBurst),
@@ -555,17 +554,25 @@ func (m *Mesh) newHost(id *identity.Identity) (host.Host, error) {
 // goRun runs f on a goroutine Close waits for, and reports whether it did:
 // once the mesh is closing, f is not run.
 func (m *Mesh) goRun(f func(ctx context.Context)) bool {
-	m.runMu.Lock()
-	if m.closed {
-		m.runMu.Unlock()
+	if !m.track() {
 		return false
 	}
-	m.wg.Add(1)
-	m.runMu.Unlock()
 	go func() {
 		defer m.wg.Done()
 		f(m.ctx)
 	}()
+	return true
+}
+
+// track counts work that Close waits for (m.wg; the caller calls Done),
+// unless the mesh is closing.
+func (m *Mesh) track() bool {
+	m.runMu.Lock()
+	defer m.runMu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
 	return true
 }
 
@@ -587,8 +594,8 @@ func (m *Mesh) Close() error {
 		if m.hps != nil {
 			m.hps.Close()
 		}
-		if m.sub != nil {
-			m.sub.Cancel()
+		if m.unrelay != nil {
+			m.unrelay()
 		}
 		if m.topic != nil {
 			m.topic.Close()
