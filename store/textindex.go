@@ -769,8 +769,10 @@ func (x *textIndex) termScores(qterms []string, keys []string, o SearchOptions, 
 		// terms found nowhere); the divisor is the whole query's.
 		qs := make([]queryTerm, len(qterms))
 		var attainable float64
+		var sc scoreScratch
 		for i, t := range qterms {
-			_, a := x.queryTermsInto(qs[i:i:i+1], []string{t}, o)
+			sc.qs = qs[i : i : i+1]
+			_, a := x.queryTermsInto(&sc, []string{t}, o)
 			attainable += a
 		}
 		if attainable == 0 {
