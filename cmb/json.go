@@ -133,6 +133,17 @@ func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
 	return decodeDraftFieldsValid(trimJSON(raw))
 }
 
+// DecodeValidDraftFields is DecodeDraftFields of raw known to be valid
+// JSON (a member of a message json.Valid accepted, as ObjectMembers gives
+// it), which is not scanned for validity again.
+func DecodeValidDraftFields(raw []byte) (*Fields, Members, error) {
+	raw = trimJSON(raw)
+	if !isKind(raw, '{') {
+		return nil, nil, typeError("fields", "an object of field name to text")
+	}
+	return decodeDraftFieldsValid(raw)
+}
+
 func decodeDraftFieldsValid(raw []byte) (*Fields, Members, error) {
 	obj, err := decodeObject(raw, "fields", "an object of field name to text")
 	if err != nil {
