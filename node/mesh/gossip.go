@@ -142,7 +142,7 @@ func (m *Mesh) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("start gossip: join %s: %w", topicName, err)
 	}
-	sub, err := topic.Subscribe(pubsub.WithBufferSize(subBuffer))
+	sub, err := topic.Subscribe(pubsub.WithBufferSize(subBuffer), pubsub.WithMessageFilter(m.wanted))
 	if err != nil {
 		topic.Close()
 		return fmt.Errorf("start gossip: subscribe %s: %w", topicName, err)
@@ -253,6 +253,15 @@ func (m *Mesh) nodeIDOf(pid peer.ID) string {
 	return ""
 }
 
+// wanted filters the subscription: only records the validator checked
+// for storing reach subscriptionLoop. Our own publications (stored before
+// they were sent) and records relayed for others stay in pubsub's loop,
+// so none of them wakes the reader or takes a place in its buffer.
+func (m *Mesh) wanted(msg *pubsub.Message) bool {
+	c, _ := msg.ValidatorData.(*node.Checked)
+	return c != nil && msg.ReceivedFrom != m.h.ID()
+}
+
 // subscriptionLoop hands validated records to the store workers. It must
 // keep up: GossipSub drops messages for a subscription whose buffer is full.
 func (m *Mesh) subscriptionLoop(ctx context.Context) {
@@ -261,10 +270,10 @@ func (m *Mesh) subscriptionLoop(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		c, _ := msg.ValidatorData.(*node.Checked)
-		if c == nil || msg.ReceivedFrom == m.h.ID() {
+		if !m.wanted(msg) {
 			continue
 		}
+		c := msg.ValidatorData.(*node.Checked)
 		select {
 		case m.acceptQ <- c:
 		case <-ctx.Done():
