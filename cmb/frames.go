@@ -101,6 +101,9 @@ type CMBFrame struct {
 	CMB          *Record `json:"cmb"`
 	PublicKey    string  `json:"publicKey,omitempty"`
 	E2EPublicKey string  `json:"e2ePublicKey,omitempty"`
+	// RawCMB, when set, is CMB.Encode()'s bytes: MarshalFrame writes them
+	// as they are instead of encoding CMB again. Parsing never sets it.
+	RawCMB []byte `json:"-"`
 }
 
 func (*CMBFrame) FrameType() string { return TypeCMB }
@@ -227,7 +230,13 @@ func ParseFrame(payload []byte) (Frame, error) {
 
 // MarshalFrame encodes a frame as a minified JSON object with its type first.
 func MarshalFrame(f Frame) ([]byte, error) {
-	b := make([]byte, 0, 256)
+	n := 256
+	if x, ok := f.(*CMBFrame); ok && x.RawCMB != nil {
+		n += len(x.RawCMB)
+	} else if ok && x.CMB != nil {
+		n += x.CMB.sizeHint()
+	}
+	b := make([]byte, 0, n)
 	b = append(b, `{"type":`...)
 	b = strconv.AppendQuote(b, f.FrameType())
 	switch x := f.(type) {
@@ -360,9 +369,12 @@ func appendCMBFrame(b []byte, f *CMBFrame) []byte {
 		b = append(b, `,"directed":true`...)
 	}
 	b = append(b, `,"cmb":`...)
-	if f.CMB == nil {
+	switch {
+	case f.RawCMB != nil:
+		b = append(b, f.RawCMB...)
+	case f.CMB == nil:
 		b = append(b, "null"...)
-	} else {
+	default:
 		b = f.CMB.AppendJSON(b)
 	}
 	if f.PublicKey != "" {

@@ -133,6 +133,17 @@ func DecodeDraftFields(raw []byte) (*Fields, Members, error) {
 	return decodeDraftFieldsValid(trimJSON(raw))
 }
 
+// DecodeValidDraftFields is DecodeDraftFields of raw known to be valid
+// JSON (a member of a message json.Valid accepted, as ObjectMembers gives
+// it), which is not scanned for validity again.
+func DecodeValidDraftFields(raw []byte) (*Fields, Members, error) {
+	raw = trimJSON(raw)
+	if !isKind(raw, '{') {
+		return nil, nil, typeError("fields", "an object of field name to text")
+	}
+	return decodeDraftFieldsValid(raw)
+}
+
 func decodeDraftFieldsValid(raw []byte) (*Fields, Members, error) {
 	obj, err := decodeObject(raw, "fields", "an object of field name to text")
 	if err != nil {
@@ -376,7 +387,21 @@ func sortMembers(m Members) {
 // Encode emits the record as minified JSON: known members in a fixed order,
 // then unknown members. A decoded record re-encodes to the same JSON value.
 func (r *Record) Encode() []byte {
-	return r.AppendJSON(make([]byte, 0, 512))
+	return r.AppendJSON(make([]byte, 0, r.sizeHint()))
+}
+
+// sizeHint is about the length of r's encoding (a little over for a
+// record of plain text), so that encoding a record allocates its buffer
+// once instead of growing it through every size up to a standard CMB's.
+func (r *Record) sizeHint() int {
+	n := 512 + len(r.Sealed) + len(r.Tether)
+	for i := range r.Fields {
+		n += len(r.Fields[i].Text) + 24*len(r.Fields[i].Vector)
+	}
+	if l := r.Lineage; l != nil {
+		n += 72 * (len(l.Parents) + len(l.Ancestors))
+	}
+	return n
 }
 
 // MarshalJSON implements json.Marshaler with Encode.

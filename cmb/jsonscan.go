@@ -72,6 +72,11 @@ func objectMembers(raw []byte) map[string]json.RawMessage {
 	return obj
 }
 
+// ObjectMembers is the members of raw, a JSON object json.Valid accepts, as
+// json.Unmarshal into a map[string]json.RawMessage gives them, without
+// scanning raw a second time: each value is a slice of raw, not a copy.
+func ObjectMembers(raw []byte) map[string]json.RawMessage { return objectMembers(trimJSON(raw)) }
+
 // eachMember calls fn with each member of the valid JSON object raw, in
 // order.
 func eachMember(raw []byte, fn func(name string, v []byte)) {

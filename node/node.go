@@ -71,8 +71,10 @@ type Options struct {
 
 // Mesh is the node's link to its group. The node runs alone until one is attached.
 type Mesh interface {
-	// Publish broadcasts a record (sealed or not) to the group.
-	Publish(ctx context.Context, rec *cmb.Record) error
+	// Publish broadcasts a record (sealed or not) to the group. raw, when
+	// not nil, is rec.Encode()'s bytes, which the frame carries as they
+	// are rather than encoding the record again.
+	Publish(ctx context.Context, rec *cmb.Record, raw []byte) error
 	// Peers lists handshaken peers.
 	Peers() []PeerInfo
 	// PeerID and Addrs describe this node on the network.
@@ -475,7 +477,9 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 // then, if it is new, publishes it: a directed record is kept here in clear
 // and travels sealed for its recipient (box).
 func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box) (Result, error) {
-	res, err := n.keep(ctx, rec, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
+	// The record is encoded once, for the store and for the frame.
+	e := entryOf(rec)
+	res, err := n.keepEntry(ctx, rec, e, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""}, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -484,22 +488,24 @@ func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box
 	if res.Duplicate && !res.Asserted {
 		return res, nil
 	}
-	out := rec
+	out, raw := rec, e.Raw
 	if box != nil {
 		if out, err = e2e.SealRecord(rec, box, rand.Reader); err != nil {
 			return Result{}, err
 		}
+		raw = nil
 	}
-	n.publish(ctx, out)
+	n.publish(ctx, out, raw)
 	return res, nil
 }
 
-func (n *Node) publish(ctx context.Context, rec *cmb.Record) {
+// publish hands rec to the mesh; raw is its encoding, or nil.
+func (n *Node) publish(ctx context.Context, rec *cmb.Record, raw []byte) {
 	m := n.getMesh()
 	if m == nil {
 		return
 	}
-	if err := m.Publish(ctx, rec); err != nil {
+	if err := m.Publish(ctx, rec, raw); err != nil {
 		// The record is durable here; catch-up delivers it when the mesh can.
 		n.log.Warn("publish failed; peers will get it on catch-up", "key", rec.Key, "err", err)
 	}
@@ -655,7 +661,12 @@ func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta, annexes 
 // keepTerms is keep with the record's index terms already made (nil: the
 // store makes them).
 func (n *Node) keepTerms(ctx context.Context, rec *cmb.Record, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
-	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: entryOf(rec), Meta: m, Annexes: annexes, Terms: terms}})
+	return n.keepEntry(ctx, rec, entryOf(rec), m, terms, annexes...)
+}
+
+// keepEntry is keepTerms with rec's entry (entryOf) already made.
+func (n *Node) keepEntry(ctx context.Context, rec *cmb.Record, e store.Entry, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: e, Meta: m, Annexes: annexes, Terms: terms}})
 	if err == nil {
 		err = rs[0].Err
 	}

@@ -1,10 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,10 @@ type fakeMesh struct {
 	peers     []PeerInfo
 }
 
-func (f *fakeMesh) Publish(_ context.Context, r *cmb.Record) error {
+func (f *fakeMesh) Publish(_ context.Context, r *cmb.Record, raw []byte) error {
+	if raw != nil && !bytes.Equal(raw, r.Encode()) {
+		return fmt.Errorf("publish %s: raw is not the record's encoding", r.Key)
+	}
 	f.published = append(f.published, r)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Key layout. One byte of prefix per keyspace; index keys embed the record
@@ -152,9 +153,22 @@ func encodeRecord(r *Record) []byte {
 	b = appendStr(b, r.To)
 	b = appendList(b, r.Parents)
 	b = appendList(b, r.Ancestors)
+	// A text is looked for after the one before it first: a record's
+	// fields are encoded in field order, so the search scans a few bytes
+	// where one from the start would scan the texts before it again. Any
+	// place the bytes are found at is a right reference.
+	from := 0
 	for _, t := range r.Texts {
 		if len(t) > minTextRef {
-			if off := bytes.Index(r.Raw, []byte(t)); off >= 0 {
+			tb := unsafe.Slice(unsafe.StringData(t), len(t)) // only read
+			off := bytes.Index(r.Raw[from:], tb)
+			if off >= 0 {
+				off += from
+			} else {
+				off = bytes.Index(r.Raw, tb)
+			}
+			if off >= 0 {
+				from = off + len(t)
 				b = binary.AppendUvarint(b, uint64(off)<<1|1)
 				b = binary.AppendUvarint(b, uint64(len(t)))
 				continue

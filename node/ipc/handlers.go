@@ -365,9 +365,10 @@ func decodeRemember(m message) (node.RememberInput, error) {
 
 // decodeFields reads the fields as cmb.DecodeDraftFields does, and refuses
 // any name or member it does not know so a typo is not silently a neutral
-// field or an ignored value.
+// field or an ignored value. raw is a member of a message, valid JSON
+// (decodeMessage).
 func decodeFields(raw json.RawMessage) (cmb.Fields, error) {
-	f, extra, err := cmb.DecodeDraftFields(raw)
+	f, extra, err := cmb.DecodeValidDraftFields(raw)
 	if err != nil {
 		return cmb.Fields{}, Errorf(CodeBadRequest, "%v", err)
 	}

@@ -14,6 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/cmbnode/cmbnode/node"
 )
 
 // MaxMessage is the cap on one message in either direction.
@@ -99,6 +102,11 @@ func encodeResult(action string, id json.RawMessage, payload any) ([]byte, error
 		buf.WriteByte('}')
 		return buf.Bytes(), nil
 	}
+	if r, ok := payload.(node.Result); ok {
+		// Every remember and publish replies with one: written directly,
+		// without reflection.
+		return append(appendResultMembers(buf.Bytes(), r), '}'), nil
+	}
 	// The payload is encoded after the envelope's head, in the same
 	// buffer, and its members moved down over its opening brace: a recall
 	// reply is hundreds of KB, and marshalled on its own and then copied
@@ -118,6 +126,27 @@ func encodeResult(action string, id json.RawMessage, payload any) ([]byte, error
 		b = append(b, inner...) // inner lies after b's end: copy moves it down
 	}
 	return append(b, '}'), nil
+}
+
+// appendResultMembers appends r's members as encoding/json writes them
+// (declaration order, omitempty honoured), each after a comma.
+// TestResultMembersAreJSONs holds the two together.
+func appendResultMembers(b []byte, r node.Result) []byte {
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, r.Key)
+	b = append(b, `,"duplicate":`...)
+	b = strconv.AppendBool(b, r.Duplicate)
+	if r.SameAuthor != nil {
+		b = append(b, `,"sameAuthor":`...)
+		b = strconv.AppendBool(b, *r.SameAuthor)
+	}
+	if r.Asserted {
+		b = append(b, `,"asserted":true`...)
+	}
+	if r.Forgotten {
+		b = append(b, `,"forgotten":true`...)
+	}
+	return b
 }
 
 // encodeError renders an error reply. action is omitted when unknown.
@@ -166,8 +195,9 @@ func validID(raw json.RawMessage) bool {
 		var s string
 		return json.Unmarshal(raw, &s) == nil && len(s) <= 256
 	case c == '-' || (c >= '0' && c <= '9'):
-		var n json.Number
-		return json.Unmarshal(raw, &n) == nil && len(raw) <= 64
+		// A member of a valid message (decodeMessage) that starts so is a
+		// JSON number.
+		return len(raw) <= 64
 	}
 	return false
 }

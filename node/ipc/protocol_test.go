@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -466,5 +467,62 @@ func TestDialAStaleSocketIsNoDaemon(t *testing.T) {
 	ln.Close()
 	if _, err := Dial(context.Background(), path); !errors.Is(err, ErrNoDaemon) {
 		t.Fatalf("Dial of a stale socket: %v", err)
+	}
+}
+
+// The reply to a remember or publish, written without reflection, is
+// what encoding/json writes for its node.Result: every combination of the
+// optional members, and every field of Result set (a field added to
+// Result and not to appendResultMembers fails here).
+func TestResultMembersAreJSONs(t *testing.T) {
+	yes, no := true, false
+	cases := []node.Result{
+		{Key: "cmb1-00ff"},
+		{Key: "cmb-ab", Duplicate: true, SameAuthor: &yes},
+		{Key: "cmb1-01", Duplicate: true, SameAuthor: &no, Asserted: true},
+		{Key: "cmb1-02", Duplicate: true, Forgotten: true},
+		{Key: `odd "<key>" & é`},
+	}
+	var full node.Result
+	v := reflect.ValueOf(&full).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString("cmb1-ff")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		default:
+			t.Fatalf("node.Result.%s is a %s: teach appendResultMembers and this test about it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	cases = append(cases, full)
+	for _, r := range cases {
+		got, err := encodeResult(TypeRemember, json.RawMessage(`7`), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type reply struct {
+			Type   string `json:"type"`
+			Action string `json:"action"`
+			ID     int    `json:"id"`
+			node.Result
+		}
+		want, _ := json.Marshal(reply{"result", TypeRemember, 7, r})
+		if !bytes.Equal(got, want) {
+			t.Errorf("reply\n%s\nwant\n%s", got, want)
+		}
+	}
+}
+
+// appendJSONString writes what json.Marshal writes, for plain strings and
+// for every kind of string it escapes.
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "remember", "cmb1-0a", "a\"b", `a\b`, "<&>", "tab\there", "é", "\u2028", "bad \xff utf-8", "\x00", "~ !#$%'()*+,-./:;=?@[]^_`{|}"} {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
+			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
 	}
 }

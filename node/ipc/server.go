@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/internal/opt"
 	"github.com/cmbnode/cmbnode/node"
 	"github.com/cmbnode/cmbnode/node/events"
@@ -1059,8 +1060,8 @@ func (c *conn) process(msg []byte) bool {
 		}
 		return true // blank lines are allowed between NDJSON messages
 	}
-	var m message
-	if err := json.Unmarshal(msg, &m); err != nil || m == nil {
+	m, err := decodeMessage(msg)
+	if err != nil || m == nil {
 		reason := "not a JSON object"
 		if err != nil {
 			reason = err.Error()
@@ -1148,6 +1149,21 @@ func (c *conn) process(msg []byte) bool {
 		c.inflight.Wait()
 	}
 	return true
+}
+
+// decodeMessage is json.Unmarshal of msg into a message, with one scan
+// of a valid object (json.Valid) and a walk of its members instead of a
+// scan and a decode that copies every member. The members are slices of
+// a copy of msg: the reader reuses msg's buffer for the next message
+// while this one's handler runs. Anything else takes json.Unmarshal, for
+// its error.
+func decodeMessage(msg []byte) (message, error) {
+	if len(msg) > 0 && msg[0] == '{' && json.Valid(msg) {
+		return cmb.ObjectMembers(bytes.Clone(msg)), nil
+	}
+	var m message
+	err := json.Unmarshal(msg, &m)
+	return m, err
 }
 
 // sendInOrder sends a reply the reader itself makes, after the

@@ -139,6 +139,25 @@ func badTextError(member, problem string) *Error {
 // becomes U+FFFD, so output is always valid UTF-8 (strconv.Quote would
 // write Go escapes such as \x80 or \a, which are not JSON).
 func appendJSONString(b []byte, s string) []byte {
+	if plainJSON(s) {
+		// What json.Marshal writes for it: the bytes between quotes.
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	q, _ := json.Marshal(s) // a string always marshals
 	return append(b, q...)
+}
+
+// plainJSON reports whether json.Marshal writes s unescaped: printable
+// ASCII other than the quote, the backslash and the HTML characters it
+// escapes. Keys, actions and codes always are.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= utf8.RuneSelf, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

@@ -25,10 +25,10 @@ type syncingMesh struct {
 	p atomic.Pointer[node.SyncProgress]
 }
 
-func (m *syncingMesh) Publish(context.Context, *cmb.Record) error { return nil }
-func (m *syncingMesh) Peers() []node.PeerInfo                     { return nil }
-func (m *syncingMesh) PeerID() string                             { return "12D3KooWfake" }
-func (m *syncingMesh) Addrs() []string                            { return nil }
+func (m *syncingMesh) Publish(context.Context, *cmb.Record, []byte) error { return nil }
+func (m *syncingMesh) Peers() []node.PeerInfo                             { return nil }
+func (m *syncingMesh) PeerID() string                                     { return "12D3KooWfake" }
+func (m *syncingMesh) Addrs() []string                                    { return nil }
 func (m *syncingMesh) Sync() node.SyncProgress {
 	if p := m.p.Load(); p != nil {
 		return *p

@@ -281,12 +281,13 @@ func (m *Mesh) accept(ctx context.Context, c *node.Checked, depth int) bool {
 
 // Publish broadcasts a stored record on the group topic, paced by the
 // publish limiter (waiting, never dropping). The frame carries the author's
-// keys so members that never met the author can verify it.
-func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record) error {
+// keys so members that never met the author can verify it, and raw (the
+// record's encoding) when given.
+func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record, raw []byte) error {
 	if err := m.limit.wait(ctx); err != nil {
 		return fmt.Errorf("publish %s: %w", rec.Key, err)
 	}
-	f := &cmb.CMBFrame{Timestamp: time.Now().UnixMilli(), CMB: rec}
+	f := &cmb.CMBFrame{Timestamp: time.Now().UnixMilli(), CMB: rec, RawCMB: raw}
 	f.PublicKey, f.E2EPublicKey = m.n.FrameKeys(ctx, rec.CreatedBy)
 	if rec.To != "" {
 		f.To, f.Directed = rec.To, true
