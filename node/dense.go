@@ -501,6 +501,7 @@ func (n *Node) denseVectorsFor(ctx context.Context, texts map[string]string, anc
 	for i, v := range vs {
 		if len(v) != d.k.Dim {
 			clearAnchors()
+			d.setHealthy(false, fmt.Errorf("%w: a vector of %d dimensions in kernel %s of %d", embed.ErrEncoder, len(v), d.k.ID, d.k.Dim))
 			return nil, "", nil
 		}
 		out[names[i]], fv[names[i]] = to64(v), v
