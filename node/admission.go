@@ -31,8 +31,9 @@ import (
 //     record's own text (so a near-copy of an older memory is found
 //     redundant, not only of the last few).
 //
-// Vectors are per field, from the configured encoder when it answers within
-// EncoderTimeout and every anchor has its vectors in that kernel, else from
+// Vectors are per field, from the configured encoder when its last call
+// succeeded, it answers within EncoderTimeout and every anchor has its
+// vectors in that kernel, else from
 // the built-in hashed n-gram kernel for the incoming record and all anchors
 // alike: one evaluation never mixes kernels.
 //
@@ -54,7 +55,9 @@ type SVAFOptions struct {
 	// reading is {aligned, guarded}.
 	Surface []svaf.Decision
 	// EncoderTimeout bounds the wait for the dense encoder's vectors of an
-	// incoming record (0: 2 s); on expiry the hashed kernel judges it.
+	// incoming record (0: 500 ms); on expiry the hashed kernel judges it,
+	// and every record after it until the dense worker's next successful
+	// encode (dense.go, denseIndex.healthy).
 	EncoderTimeout time.Duration
 }
 
@@ -119,7 +122,7 @@ func newAdmission(o SVAFOptions) (*admission, error) {
 	}
 	a.recent, a.nearest = max(a.recent, 0), max(a.nearest, 0)
 	if a.timeout <= 0 {
-		a.timeout = 2 * time.Second
+		a.timeout = 500 * time.Millisecond
 	}
 	s := o.Surface
 	if s == nil {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -228,13 +229,37 @@ func TestRecallFindsAuthorName(t *testing.T) {
 // put texts of one topic together: dimension i is 1 when the text holds a
 // word of topics[i] (synonyms), the last a small constant.
 func fakeEncoder(t *testing.T, topics [][]string, down *atomic.Bool) *httptest.Server {
+	return fakeEncoderWith(t, topics, fakeKnobs{down: down})
+}
+
+// fakeKnobs steer a fakeEncoder: while down it answers 503; while hang
+// it answers nothing until hang clears or the client gives up; calls
+// counts the requests it answered with vectors.
+type fakeKnobs struct {
+	down, hang *atomic.Bool
+	calls      *atomic.Int64
+}
+
+func fakeEncoderWith(t *testing.T, topics [][]string, k fakeKnobs) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down != nil && down.Load() {
+		if k.down != nil && k.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
+		// The body read in full, the server notices the client giving up.
 		var req struct{ Input []string }
 		json.NewDecoder(r.Body).Decode(&req)
+		io.Copy(io.Discard, r.Body)
+		for k.hang != nil && k.hang.Load() {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if k.calls != nil {
+			k.calls.Add(1)
+		}
 		type datum struct {
 			Index     int       `json:"index"`
 			Embedding []float32 `json:"embedding"`
@@ -257,6 +282,9 @@ func fakeEncoder(t *testing.T, topics [][]string, down *atomic.Bool) *httptest.S
 		json.NewEncoder(w).Encode(out)
 	}))
 	t.Cleanup(srv.Close)
+	if k.hang != nil {
+		t.Cleanup(func() { k.hang.Store(false) }) // before Close waits for handlers
+	}
 	return srv
 }
 

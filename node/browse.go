@@ -188,7 +188,9 @@ const MaxThread = 200
 // its descendants along child links, nearest first up to maxMembers (0:
 // 24, as CGP's episodes; at most MaxThread). It is returned as a story:
 // ancestors, the record, descendants, each part oldest first (ties by key).
-// A quarantined member is left out, as everywhere.
+// A quarantined member is left out, as everywhere; so is a member the SVAF
+// surface policy hides (Hidden), unless it is the record asked for: the
+// walk still passes through it, so its neighbours stay in the thread.
 func (n *Node) Thread(ctx context.Context, key string, maxMembers int) ([]ThreadMember, error) {
 	if maxMembers > MaxThread {
 		return nil, fmt.Errorf("%w: limit %d is over %d", ErrBadRequest, maxMembers, MaxThread)
@@ -213,7 +215,7 @@ func (n *Node) Thread(ctx context.Context, key string, maxMembers int) ([]Thread
 	}
 	out := make([]ThreadMember, 0, len(nodes))
 	for _, nd := range nodes {
-		if n.st.IsHidden(nd.Key) {
+		if n.st.IsHidden(nd.Key) || (nd.Key != key && n.Hidden(nd.Key)) {
 			continue
 		}
 		rec := focal

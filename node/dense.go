@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
@@ -67,6 +68,12 @@ type denseIndex struct {
 	pending map[string]struct{}
 	// failures counts failed worker rounds since Open.
 	failures int64
+	// healthy is false from the moment an encode fails or times out (at
+	// receive or in the worker) until the worker's next successful encode:
+	// while it is false SVAF judges with the hashed kernel without asking
+	// the encoder, so receiving never waits on an encoder that is down or
+	// hung. It starts true.
+	healthy atomic.Bool
 }
 
 type pooledVec struct {
@@ -94,9 +101,24 @@ func newDenseIndex(enc embed.Encoder, o DenseOptions, st *store.Store, log *slog
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = time.Minute
 	}
-	return &denseIndex{enc: enc, k: k, ns: "vec." + k.ID, o: o, st: st, log: log,
+	d := &denseIndex{enc: enc, k: k, ns: "vec." + k.ID, o: o, st: st, log: log,
 		stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1),
-		pooled: map[string]pooledVec{}, pending: map[string]struct{}{}}, nil
+		pooled: map[string]pooledVec{}, pending: map[string]struct{}{}}
+	d.healthy.Store(true)
+	return d, nil
+}
+
+// setHealthy records whether the encoder's last call succeeded, logging a
+// change.
+func (d *denseIndex) setHealthy(ok bool, err error) {
+	if d.healthy.Swap(ok) == ok {
+		return
+	}
+	if ok {
+		d.log.Info("dense encoder answers again; SVAF judges with it", "kernel", d.k.ID)
+	} else {
+		d.log.Warn("dense encoder failed; SVAF judges with the hashed kernel until the worker's next success", "kernel", d.k.ID, "err", err)
+	}
 }
 
 // encodeFields is a record's field vectors in annex form: a byte of field
@@ -310,12 +332,16 @@ func (d *denseIndex) index(ctx context.Context, keys []string) error {
 	var vs [][]float32
 	if len(texts) > 0 {
 		var err error
-		if vs, err = d.enc.Encode(ctx, texts); err != nil {
+		if vs, err = d.enc.Encode(ctx, texts); err == nil && len(vs) != len(texts) {
+			err = fmt.Errorf("%w: %d vectors for %d texts", embed.ErrEncoder, len(vs), len(texts))
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.setHealthy(false, err)
+			}
 			return err
 		}
-		if len(vs) != len(texts) {
-			return fmt.Errorf("%w: %d vectors for %d texts", embed.ErrEncoder, len(vs), len(texts))
-		}
+		d.setHealthy(true, nil)
 	}
 	annexes, pooled := ready, readyPooled
 	i := 0
@@ -425,12 +451,13 @@ func (n *Node) EmbeddingsKernel() (embed.Kernel, bool) {
 // denseVectorsFor encodes an incoming record's fields in the dense kernel
 // and gives the anchors theirs, for SVAF; it also returns the incoming
 // record's field vectors, to be stored in its commit. It returns nil (judge
-// with the hashed kernel) if no encoder is configured, it does not answer
-// within SVAFOptions.EncoderTimeout, or an anchor lacks vectors in the
-// kernel: one evaluation never mixes kernels.
+// with the hashed kernel) if no encoder is configured, it is unhealthy (its
+// last call failed: it is not asked until the worker's next success), it
+// does not answer within SVAFOptions.EncoderTimeout, or an anchor lacks
+// vectors in the kernel: one evaluation never mixes kernels.
 func (n *Node) denseVectorsFor(ctx context.Context, texts map[string]string, anchors []svaf.Anchor) (svaf.Vectors, string, map[string][]float32) {
 	d := n.dense
-	if d == nil || len(texts) == 0 {
+	if d == nil || len(texts) == 0 || !d.healthy.Load() {
 		return nil, "", nil
 	}
 	clearAnchors := func() {
@@ -459,9 +486,14 @@ func (n *Node) denseVectorsFor(ctx context.Context, texts map[string]string, anc
 	ectx, cancel := context.WithTimeout(ctx, n.adm.timeout)
 	defer cancel()
 	vs, err := d.enc.Encode(ectx, list)
-	if err != nil || len(vs) != len(list) {
+	if err == nil && len(vs) != len(list) {
+		err = fmt.Errorf("%w: %d vectors for %d texts", embed.ErrEncoder, len(vs), len(list))
+	}
+	if err != nil {
 		clearAnchors()
-		n.log.Debug("dense encoder did not answer for SVAF; judging with the hashed kernel", "err", err)
+		if ctx.Err() == nil {
+			d.setHealthy(false, err)
+		}
 		return nil, "", nil
 	}
 	out := make(svaf.Vectors, len(vs))
@@ -469,6 +501,7 @@ func (n *Node) denseVectorsFor(ctx context.Context, texts map[string]string, anc
 	for i, v := range vs {
 		if len(v) != d.k.Dim {
 			clearAnchors()
+			d.setHealthy(false, fmt.Errorf("%w: a vector of %d dimensions in kernel %s of %d", embed.ErrEncoder, len(v), d.k.ID, d.k.Dim))
 			return nil, "", nil
 		}
 		out[names[i]], fv[names[i]] = to64(v), v

@@ -132,6 +132,12 @@ type Record struct {
 	// KeyUnconfirmed marks lower provenance: the author's key is known only
 	// from the gossiped frames that carried its records, not a handshake.
 	KeyUnconfirmed bool
+	// Hidden marks a record the backend's surfacing policy keeps out of
+	// listings (cmbnode: an SVAF verdict not surfaced): it is served when
+	// asked for itself (its memory frame, its own episode, an anchor), never
+	// as a member of another record's episode or a lineage neighbour of an
+	// anchor.
+	Hidden bool
 }
 
 // Fields are the seven CAT7 field texts plus the mood's affect numbers.

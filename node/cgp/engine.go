@@ -341,6 +341,10 @@ func (e *Engine) QueryWithin(ctx context.Context, q *ContextQuery, maxBytes int)
 		if !ok || (asOf != nil && !ValidAt(r, *asOf)) {
 			continue
 		}
+		if d, near := hops[k]; r.Hidden && (!near || d > 0) {
+			// Only an anchor itself is shown hidden; search hits never are.
+			continue
+		}
 		if wantMem {
 			cands = append(cands, candidate{rec: r, kind: KindMemory, id: memoryFrameID(k),
 				score: rank(hops, k, base[k])})

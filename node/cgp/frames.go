@@ -343,9 +343,13 @@ func (e *Engine) thread(ctx context.Context, focal Record, asOf *time.Time) ([]R
 	if err != nil {
 		return nil, err
 	}
-	members := make([]Record, len(nodes))
-	for i, n := range nodes {
-		members[i] = v.read[n.Key]
+	members := make([]Record, 0, len(nodes))
+	for _, n := range nodes {
+		// A hidden record is walked through (its neighbours still belong
+		// to the thread) but shown only as the focal record.
+		if r := v.read[n.Key]; !r.Hidden || n.Key == focal.Key {
+			members = append(members, r)
+		}
 	}
 	return members, nil
 }

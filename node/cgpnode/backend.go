@@ -121,6 +121,7 @@ func (b *Backend) Get(ctx context.Context, key string) (cgp.Record, bool, error)
 	out.AuthorName = b.n.AuthorName(ctx, out.CreatedBy)
 	out.StoredAt, out.Raw, out.RawDigest = r.StoredAt, r.Raw, d.digest
 	out.KeyUnconfirmed = !b.n.KeyConfirmed(ctx, out.CreatedBy, r.Source)
+	out.Hidden = b.n.Hidden(key)
 	return out, true, nil
 }
 

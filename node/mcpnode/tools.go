@@ -58,6 +58,8 @@ func (s *server) addTools() {
 			limitInt(p, "limit", 1, maxRecall, defaultRecall)
 			limitText(p, MaxNameChars, "author")
 			limitText(p, MaxTimeChars, "since", "until")
+			p["min_score"].Minimum, p["min_score"].Maximum = num(0), num(1)
+			p["min_score"].Description += " (0 to 1; default 0: every match)"
 		}),
 		Annotations: read("Recall"),
 	}, s.recall)
@@ -191,6 +193,9 @@ type recallIn struct {
 	Author string `json:"author,omitempty" jsonschema:"only memories by this author: a nodeId or a name"`
 	Since  string `json:"since,omitempty" jsonschema:"only memories created at or after this time"`
 	Until  string `json:"until,omitempty" jsonschema:"only memories created before this time"`
+	// MinScore is the socket's min_score, checked by the schema and again
+	// by the daemon.
+	MinScore float64 `json:"min_score,omitempty" jsonschema:"leave out memories scoring below this; scores are comparable across queries (docs/recall.md)"`
 }
 
 // RecallOut is the recall tool's result.
@@ -262,7 +267,7 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in recallIn
 	}
 	var raw []byte
 	err := s.d.do(ctx, func(c *ipc.Client) (err error) {
-		raw, err = c.RecallRaw(ctx, in.Query, node.RecallOptions{Limit: fetch})
+		raw, err = c.RecallRaw(ctx, in.Query, node.RecallOptions{Limit: fetch, MinScore: in.MinScore})
 		return err
 	})
 	if err != nil {
