@@ -80,10 +80,13 @@ func BenchmarkFill10k(b *testing.B) {
 	}
 	d = startDaemon(b, home)
 	// Idle from the first seconds after ready on, which still finish the
-	// start (the text index, badger's first compactions).
+	// start (the text index, badger's first compactions), for long enough
+	// to hold the Go runtime's forced collection (two minutes after the
+	// last): on an idle daemon that is half of its CPU, and a shorter
+	// window would leave it out.
 	time.Sleep(5 * time.Second)
 	c0 := procCPU(b, d.pid())
-	const idle = 20 * time.Second
+	const idle = 130 * time.Second
 	time.Sleep(idle)
 	idleCPU := procCPU(b, d.pid()) - c0
 
