@@ -34,6 +34,10 @@ type Counters struct {
 // instead of polling the counters.
 func (n *Node) Active() <-chan struct{} { return n.active }
 
+// Loaded is closed once the start-up's work on the stored records is done
+// (the text index holds them all).
+func (n *Node) Loaded() <-chan struct{} { return n.st.TextsLoaded() }
+
 func (n *Node) noteActive() {
 	select {
 	case n.active <- struct{}{}:

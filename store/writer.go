@@ -683,6 +683,10 @@ func (s *Store) waitIndexed(ctx context.Context) error {
 	return s.indexed.wait(ctx, acked)
 }
 
+// TextsLoaded is closed once the text index holds the records found at
+// Open: the end of the start-up's allocation-heavy work.
+func (s *Store) TextsLoaded() <-chan struct{} { return s.textsLoaded }
+
 // waitTextsLoaded returns once the text index holds the records found
 // at Open.
 func (s *Store) waitTextsLoaded(ctx context.Context) error {

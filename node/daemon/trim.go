@@ -23,16 +23,25 @@ const (
 // that goes quiet after a burst would otherwise keep the burst's garbage
 // resident, twice what it holds, until the runtime's two-minute forced
 // collection. It costs one collection per burst; between bursts it waits
-// for the next record and never wakes.
+// for the next record and never wakes. The start-up is a burst too (the
+// text index built from the stored records leaves about as much garbage
+// as it keeps): it is trimmed once loading ends, so that the runtime's
+// forced collection on an idle daemon does not inherit it.
 func trimAfterBursts(ctx context.Context, n *node.Node) {
-	afterBursts(ctx, n.Active(), func() int64 { return n.Counters.Authored.Load() + n.Counters.Received.Load() },
+	afterBursts(ctx, n.Loaded(), n.Active(), func() int64 { return n.Counters.Authored.Load() + n.Counters.Received.Load() },
 		trimEvery, debug.FreeOSMemory)
 }
 
-// afterBursts calls trim once per burst of activity: once active has
-// signalled and activity() then stays the same for trimQuiet looks, every
-// look apart.
-func afterBursts(ctx context.Context, active <-chan struct{}, activity func() int64, every time.Duration, trim func()) {
+// afterBursts calls trim once loaded is closed, then once per burst of
+// activity: once active has signalled and activity() then stays the same
+// for trimQuiet looks, every look apart.
+func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity func() int64, every time.Duration, trim func()) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-loaded:
+		trim()
+	}
 	t := time.NewTicker(every)
 	t.Stop()
 	defer t.Stop()

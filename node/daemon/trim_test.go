@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// A burst is trimmed once, after it ends; with no activity nothing is
+// The end of loading is trimmed once, then each burst once, after it ends;
+// with no activity nothing is
 // trimmed however long it waits.
 func TestAfterBurstsTrimsOncePerBurst(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -25,19 +26,31 @@ func TestAfterBurstsTrimsOncePerBurst(t *testing.T) {
 	var trims atomic.Int64
 	trimmed := make(chan struct{}, 8)
 	done := make(chan struct{})
+	loaded := make(chan struct{})
 	go func() {
 		defer close(done)
-		afterBursts(ctx, active, activity, time.Millisecond, func() { trims.Add(1); trimmed <- struct{}{} })
+		afterBursts(ctx, loaded, active, activity, time.Millisecond, func() { trims.Add(1); trimmed <- struct{}{} })
 	}()
-	time.Sleep(50 * time.Millisecond) // fifty looks' worth with nothing to do
+	time.Sleep(20 * time.Millisecond)
 	if n := trims.Load(); n != 0 {
-		t.Fatalf("%d trims with no activity", n)
+		t.Fatalf("%d trims before loading ended", n)
+	}
+	// The end of loading is trimmed once, at once.
+	close(loaded)
+	select {
+	case <-trimmed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the end of loading was never trimmed")
+	}
+	time.Sleep(50 * time.Millisecond) // fifty looks' worth with nothing to do
+	if n := trims.Load(); n != 1 {
+		t.Fatalf("%d trims with no activity after loading", n)
 	}
 	for burst := 1; burst <= 2; burst++ {
 		bursting.Store(true)
 		active <- struct{}{}
 		time.Sleep(20 * time.Millisecond)
-		if n := trims.Load(); n != int64(burst-1) {
+		if n := trims.Load(); n != int64(burst) {
 			t.Fatalf("%d trims during burst %d", n, burst)
 		}
 		bursting.Store(false)
@@ -47,7 +60,7 @@ func TestAfterBurstsTrimsOncePerBurst(t *testing.T) {
 			t.Fatalf("burst %d never trimmed", burst)
 		}
 		time.Sleep(50 * time.Millisecond)
-		if n := trims.Load(); n != int64(burst) {
+		if n := trims.Load(); n != int64(burst+1) {
 			t.Fatalf("%d trims after %d bursts", n, burst)
 		}
 	}
