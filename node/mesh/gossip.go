@@ -75,7 +75,7 @@ func (m *Mesh) startGossip() error {
 	// A private group's topic is named by its tag, not its name.
 	topicName := m.topicName
 	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
-	ps, err := pubsub.NewGossipSub(m.ctx, m.h,
+	ps, err := pubsub.NewGossipSub(m.ctx, gossipHost{Host: m.h, m: m},
 		// The CMB carries its own signature; the pubsub envelope carries none
 		// and names no author (DESIGN "Wire").
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
