@@ -2,11 +2,7 @@ package mcpnode
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,8 +10,6 @@ import (
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node"
-	"github.com/cmbnode/cmbnode/node/identity"
-	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
 // TestRecallMinScore: the recall tool's min_score leaves out the memories
@@ -23,25 +17,7 @@ import (
 func TestRecallMinScore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	home := t.TempDir()
-	id, err := identity.Create(home, "mcp-min", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(node.Options{Home: home, Group: "default", Identity: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	n.AttachMesh(&syncingMesh{})
-	sock := filepath.Join(home, "daemon.sock")
-	srv, err := ipc.Listen(ipc.Options{Path: sock, Node: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() { cancel(); <-served }()
+	n, cs := relayedNode(t, ctx, "mcp-min", &syncingMesh{})
 	for _, text := range []string{"release plan drafted for the parser", "the parser needs a new logo, a mascot and a website"} {
 		var f cmb.Fields
 		f[cmb.Focus].Text = text
@@ -49,15 +25,6 @@ func TestRecallMinScore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	go Serve(ctx, sr, sw, Options{Socket: sock, Home: home, Logger: slog.New(slog.DiscardHandler)})
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-		Connect(ctx, &mcp.IOTransport{Reader: cr, Writer: cw}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
 	recall := func(args map[string]any) (RecallOut, *mcp.CallToolResult, error) {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "recall", Arguments: args})

@@ -42,41 +42,13 @@ func (m *syncingMesh) Sync() node.SyncProgress {
 func TestRecallWhileSyncingSaysSo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	home := t.TempDir()
-	id, err := identity.Create(home, "mcp-sync", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(node.Options{Home: home, Group: "default", Identity: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	mesh := &syncingMesh{}
-	n.AttachMesh(mesh)
-	sock := filepath.Join(home, "daemon.sock")
-	srv, err := ipc.Listen(ipc.Options{Path: sock, Node: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() { cancel(); <-served }()
+	n, cs := relayedNode(t, ctx, "mcp-sync", mesh)
 	var f cmb.Fields
 	f[cmb.Focus].Text = "release plan drafted"
 	if _, err := n.Remember(ctx, node.RememberInput{Fields: f}); err != nil {
 		t.Fatal(err)
 	}
-
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	go Serve(ctx, sr, sw, Options{Socket: sock, Home: home, Logger: slog.New(slog.DiscardHandler)})
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-		Connect(ctx, &mcp.IOTransport{Reader: cr, Writer: cw}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
 	recall := func() (RecallOut, string) {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "recall", Arguments: map[string]any{"query": "release"}})
@@ -103,4 +75,41 @@ func TestRecallWhileSyncingSaysSo(t *testing.T) {
 	if !strings.HasPrefix(text, "Note: still catching up with 2 peers (120 of about 3000 memories received)") {
 		t.Fatalf("syncing text: %s", text)
 	}
+}
+
+// relayedNode opens a node named name with mesh attached, serves it on a
+// socket and connects an MCP client, over pipes, to a relay (Serve) on that
+// socket. Cleanup closes the client, then stops the servers, then the node.
+func relayedNode(t *testing.T, ctx context.Context, name string, mesh node.Mesh) (*node.Node, *mcp.ClientSession) {
+	t.Helper()
+	home := t.TempDir()
+	id, err := identity.Create(home, name, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(node.Options{Home: home, Group: "default", Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	n.AttachMesh(mesh)
+	sock := filepath.Join(home, "daemon.sock")
+	srv, err := ipc.Listen(ipc.Options{Path: sock, Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx) }()
+	t.Cleanup(func() { stop(); <-served })
+	cr, sw := io.Pipe()
+	sr, cw := io.Pipe()
+	go Serve(sctx, sr, sw, Options{Socket: sock, Home: home, Logger: slog.New(slog.DiscardHandler)})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctx, &mcp.IOTransport{Reader: cr, Writer: cw}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return n, cs
 }
