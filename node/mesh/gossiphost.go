@@ -11,14 +11,11 @@ import (
 // peer that never proves membership is never heard — in particular its
 // subscription never enters GossipSub's topic table.
 //
-// The peer filter and the unadmitted score keep such a peer out of the
-// mesh, gossip and flood publish, but flood publish reads the score of a
-// peer GossipSub has no statistics for yet (its outbound stream still
-// opening) as 0, above the publish threshold: a stranger whose
-// subscription arrived in that window received our next records, sealed
-// but still ours (TestTopicSubscriberWithoutProofReceivesNothing, under
-// load). Not hearing the subscription closes that window whatever the
-// scorer knows.
+// The peer filter and the unadmitted score are not enough on their own:
+// the filter does not cover subscriptions, and GossipSub's scorer rates a
+// peer it has no statistics for yet (its outbound stream still opening) as
+// 0, above the publish threshold, so flood publish would send to a
+// subscribed stranger in that window.
 type gossipHost struct {
 	host.Host
 	m *Mesh
