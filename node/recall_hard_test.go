@@ -653,17 +653,7 @@ func evalHard(ctx context.Context, tb testing.TB, d *evalDataset, chained bool, 
 // confirm on seeds a change was not tuned on.
 func BenchmarkRecallEvalHard(b *testing.B) {
 	ctx := context.Background()
-	seeds := []uint64{1, 2, 3}
-	if env := os.Getenv("RECALL_EVAL_SEEDS"); env != "" {
-		seeds = nil
-		for _, f := range strings.Split(env, ",") {
-			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			if err != nil {
-				b.Fatalf("RECALL_EVAL_SEEDS: %v", err)
-			}
-			seeds = append(seeds, s)
-		}
-	}
+	seeds := evalSeeds(b)
 	for _, set := range []string{"hard", "easy"} {
 		for _, chained := range []bool{false, true} {
 			name := set + "/flat"
@@ -714,6 +704,23 @@ func BenchmarkRecallEvalHard(b *testing.B) {
 			})
 		}
 	}
+}
+
+// evalSeeds is the seeds RECALL_EVAL_SEEDS names (e.g. "4,5,6"), else 1–3.
+func evalSeeds(b *testing.B) []uint64 {
+	env := os.Getenv("RECALL_EVAL_SEEDS")
+	if env == "" {
+		return []uint64{1, 2, 3}
+	}
+	var seeds []uint64
+	for _, f := range strings.Split(env, ",") {
+		s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			b.Fatalf("RECALL_EVAL_SEEDS: %v", err)
+		}
+		seeds = append(seeds, s)
+	}
+	return seeds
 }
 
 // kinds renders figures by kind in a fixed order.

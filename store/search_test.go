@@ -313,6 +313,37 @@ func TestSearchFindsInflectionsAndQuestions(t *testing.T) {
 	}
 }
 
+// TestSearchFindsIrregularForms: a question's base form finds the past
+// tense or participle a record is told in, and the other way round, while
+// a form that is as often another word keeps its own term.
+func TestSearchFindsIrregularForms(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	defer s.Close()
+	camp := mkEntry("camp", testBase, "we went camping at Zion with the children")
+	concert := mkEntry("concert", testBase+1, "we saw Coldplay live last week")
+	roses := mkEntry("roses", testBase+2, "I planted a rose out back")
+	rise := mkEntry("rise", testBase+3, "prices rise every spring")
+	if _, err := s.PutMany(context.Background(), itemsOf([]Entry{camp, concert, roses, rise})); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ q, want string }{
+		{"where did they go camping?", camp.Key},
+		{"who has gone camping?", camp.Key},
+		{"camping with a child", camp.Key},
+		{"who did they see in concert?", concert.Key},
+		{"have they seen Coldplay?", concert.Key},
+		{"rose", roses.Key},
+	} {
+		got := searchKeys(t, s, c.q, SearchOptions{})
+		if len(got) == 0 || got[0] != c.want {
+			t.Errorf("Search(%q) = %v, want %s first", c.q, got, c.want)
+		}
+	}
+	if got := searchKeys(t, s, "rose", SearchOptions{}); slices.Contains(got, rise.Key) {
+		t.Errorf(`Search("rose") = %v: "rose" is taken for "rise"`, got)
+	}
+}
+
 // TestRelevanceIsStable: Relevance lies in [0,1], agrees with Search's, does
 // not depend on which other records matched, and falls as the query asks
 // for more than the record holds.

@@ -280,10 +280,14 @@ func (tm *termer) putLocked(w, t string) {
 }
 
 // stemWord is w's term, or "" if w is a stop word (before or after
-// stemming: "it's" stems to the stop word "it").
+// stemming: "it's" stems to the stop word "it"). An irregular form is
+// stemmed as its base form (lemma.go).
 func stemWord(w string) string {
 	if english.IsStopWord(w) {
 		return ""
+	}
+	if base, ok := irregular[w]; ok {
+		w = base
 	}
 	t := english.Stem(w, false)
 	if t != w && english.IsStopWord(t) {
