@@ -225,8 +225,9 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 // anchorKeys picks the anchors for a record of group with texts, newest
 // first then nearest, without repeats. The nearest are found from the
 // record's index terms (all of its texts'), which it returns for the
-// record's indexing (nil if no search was made).
-func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string) ([]store.KeyTime, *store.Terms, error) {
+// record's indexing (nil if no search was made). When negligible holds
+// of the newest anchors, it looks for no nearest ones and reports so.
+func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, *store.Terms, bool, error) {
 	var out []store.KeyTime
 	seen := map[string]bool{}
 	if n.adm.recent > 0 {
@@ -241,7 +242,10 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {
-			return nil, nil, err
+			return nil, nil, false, err
+		}
+		if negligible != nil && negligible(out) {
+			return out, nil, true, nil
 		}
 	}
 	var terms *store.Terms
@@ -294,7 +298,7 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			out = out[:picked]
 			hits, err := search(limit)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 			added := 0
 			for _, h := range hits {
@@ -312,7 +316,30 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			}
 		}
 	}
-	return out, terms, nil
+	return out, terms, false, nil
+}
+
+// negligible reports whether a record with texts, judged at now in the
+// hashed kernel, is admitted to bootstrap (svaf.Config.Negligible)
+// whatever the vectors, given its group's newest anchors, newest first:
+// all of its anchors when there are fewer than Recent, else every other
+// anchor is no newer than the last of them (the store's time order), and
+// the nearest add at most Nearest of those. Anchors committed since the
+// scan are left out, as a search made just after it would have.
+func (a *admission) negligible(now time.Time, texts map[string]string, recent []store.KeyTime) bool {
+	decay := 0.0
+	for _, kt := range recent {
+		decay += a.cfg.Decay(now.Sub(time.UnixMilli(kt.CreatedAt)))
+	}
+	if len(recent) >= a.recent && a.nearest > 0 {
+		decay += float64(a.nearest) * a.cfg.Decay(now.Sub(time.UnixMilli(recent[len(recent)-1].CreatedAt)))
+	}
+	for name := range texts {
+		if !a.cfg.Negligible(name, decay) {
+			return false
+		}
+	}
+	return true
 }
 
 // judge evaluates a checked broadcast record against the anchors and
@@ -321,10 +348,33 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	all := rec.Fields.Texts()
 	texts := fieldTexts(all)
 	now := n.now()
-	kts, terms, err := n.anchorKeys(ctx, rec.Group, all, texts)
+	var negligible func([]store.KeyTime) bool
+	if d := n.dense; d == nil || len(texts) == 0 || !d.healthy.Load() {
+		// The hashed kernel judges (denseVectorsFor): a record whose
+		// anchors all weigh nothing needs no nearest anchors, vectors or
+		// evaluation. The dense kernel's verdict also needs its vectors,
+		// which are stored with the record.
+		negligible = func(recent []store.KeyTime) bool { return n.adm.negligible(now, texts, recent) }
+	}
+	kts, terms, admit, err := n.anchorKeys(ctx, rec.Group, all, texts, negligible)
 	if err != nil {
 		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
+	if admit {
+		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashed.Kernel().ID, At: now.UnixMilli()}
+		annexes, err := verdictAnnex(out)
+		if err != nil {
+			return verdictRecord{}, nil, nil, err
+		}
+		return out, annexes, nil, nil
+	}
+	out, annexes, err := n.evaluate(ctx, rec, texts, kts, now)
+	return out, annexes, terms, err
+}
+
+// evaluate judges rec, with texts, at now against the anchors kts and
+// returns the verdict with the annexes to store beside the record.
+func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]string, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
 	anchors := make([]svaf.Anchor, 0, len(kts))
 	// An anchor whose hashed counts are cached needs no read: its texts
 	// only ever make those counts.
@@ -340,7 +390,7 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 				continue
 			}
 			if err != nil {
-				return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
 			}
 			at = fieldTexts(r.Texts)
 		}
@@ -381,12 +431,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	annexes, err := verdictAnnex(out)
 	if err != nil {
-		return verdictRecord{}, nil, nil, err
+		return verdictRecord{}, nil, err
 	}
 	if dense != nil {
 		annexes = append(annexes, store.ItemAnnex{NS: n.dense.ns, Value: encodeFields(n.dense.k.Dim, dense)})
 	}
-	return out, annexes, terms, nil
+	return out, annexes, nil
 }
 
 // scratch is hashFields's working memory for dim.

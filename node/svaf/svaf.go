@@ -101,6 +101,24 @@ func (c Config) alpha(field string) float64 {
 	return 1
 }
 
+// Decay is exp(−age/τ), the freshness factor of an anchor aged age (a
+// negative age counts as 0), computed as Evaluate computes it.
+func (c Config) Decay(age time.Duration) float64 {
+	return math.Exp(-max(age.Seconds(), 0) / c.Freshness.Seconds())
+}
+
+// Negligible reports whether anchors whose Decays sum to at most decay
+// can never make field evaluable: an anchor's weight there is
+// α_f·cosine·Decay·confidence, with the cosine at most 1 (to a few ulps)
+// and, for the Negligible bound to hold, the confidence at most 1. The
+// factor 2 covers every rounding of Evaluate's sums. When it holds for
+// every field of the incoming record, Evaluate admits it as Aligned to
+// bootstrap (Evaluable 0, no drift, no nearest) whatever the vectors, so
+// a caller need not make them.
+func (c Config) Negligible(field string, decay float64) bool {
+	return 2*c.alpha(field)*decay < nonEvaluable
+}
+
 // Vectors are one record's per-field vectors, by field name. A field with
 // no vector (absent or "neutral" text) is not evaluable.
 type Vectors map[string][]float64
@@ -203,7 +221,7 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 			if conf <= 0 {
 				conf = 1
 			}
-			w := alpha * max(cs, 0) * math.Exp(-max(a.Age.Seconds(), 0)/tau) * conf
+			w := alpha * max(cs, 0) * c.Decay(a.Age) * conf
 			if w == 0 {
 				continue
 			}
