@@ -90,6 +90,7 @@ type admission struct {
 	surface         map[svaf.Decision]bool
 	timeout         time.Duration
 	hashed          embed.Hashed
+	hashedID        string // hashed.Kernel().ID, made once
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	// scratches (*hashScratch) and slabs ([]float64) are judge's working
@@ -106,6 +107,7 @@ type admission struct {
 func newAdmission(o SVAFOptions) (*admission, error) {
 	a := &admission{cfg: o.Config, recent: o.Recent, nearest: o.Nearest, timeout: o.EncoderTimeout,
 		hashed: embed.DefaultHashed(), surface: map[svaf.Decision]bool{}, verdicts: map[string]verdictRecord{}, counts: map[svaf.Decision]int64{}}
+	a.hashedID = a.hashed.Kernel().ID
 	if a.cfg.Freshness == 0 && a.cfg.Guarded == 0 {
 		fw := a.cfg.FieldWeights
 		a.cfg = svaf.Default()
@@ -361,7 +363,7 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	if admit {
-		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashed.Kernel().ID, At: now.UnixMilli()}
+		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
 		annexes, err := verdictAnnex(out)
 		if err != nil {
 			return verdictRecord{}, nil, nil, err
@@ -399,7 +401,7 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
-		kernel = n.adm.hashed.Kernel().ID
+		kernel = n.adm.hashedID
 		dim := n.adm.hashed.Dim
 		scratch := n.adm.scratch(dim)
 		hin := hashFields(n.adm.hashed, texts, scratch)

@@ -136,6 +136,13 @@ func TestSparseAnchors(t *testing.T) {
 				s.Index, s.Value = append(s.Index, uint16(i)), append(s.Value, x)
 			}
 		}
+		if r.IntN(2) == 0 { // coded: each value through the table
+			s.Lo = int16(r.IntN(9) - 4)
+			s.Table, s.Value = s.Value, nil
+			for k := range s.Index {
+				s.Code = append(s.Code, int16(k)+s.Lo)
+			}
+		}
 		return s
 	}
 	names := []string{"focus", "issue", "mood"}
