@@ -98,6 +98,9 @@ type admission struct {
 	// record's seven dense 512-dimension fields, ten anchors' nonzero
 	// entries), and Evaluate keeps none of them.
 	scratches, slabs sync.Pool
+	// sparse (*[]map[string]svaf.Sparse) are the anchors' field maps,
+	// recycled the same way, cleared.
+	sparse sync.Pool
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -420,7 +423,10 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 		defer n.adm.slabs.Put(slab)
 		in = hin.vectors(*slab, dim)
 		rest := (*slab)[len(hin)*dim:]
+		maps := n.adm.sparseMaps(len(anchors))
+		defer n.adm.sparse.Put(maps)
 		for i := range anchors {
+			anchors[i].Sparse = (*maps)[i]
 			rest = cached[i].anchor(&anchors[i], rest, dim)
 		}
 	}
@@ -447,6 +453,21 @@ func (a *admission) scratch(dim int) *hashScratch {
 		return p
 	}
 	return newHashScratch(dim)
+}
+
+// sparseMaps are n empty maps for anchors' sparse fields.
+func (a *admission) sparseMaps(n int) *[]map[string]svaf.Sparse {
+	p, _ := a.sparse.Get().(*[]map[string]svaf.Sparse)
+	if p == nil {
+		p = new([]map[string]svaf.Sparse)
+	}
+	for i := range *p {
+		clear((*p)[i]) // they hold the last judgement's slab
+	}
+	for len(*p) < n {
+		*p = append(*p, make(map[string]svaf.Sparse, cmb.NumFields))
+	}
+	return p
 }
 
 // slab is a buffer of at least n float64s, for hashedRecord.vectors.
