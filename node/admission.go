@@ -90,6 +90,7 @@ type admission struct {
 	surface         map[svaf.Decision]bool
 	timeout         time.Duration
 	hashed          embed.Hashed
+	hashedID        string // hashed.Kernel().ID, made once
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	// scratches (*hashScratch) and slabs ([]float64) are judge's working
@@ -97,6 +98,9 @@ type admission struct {
 	// record's seven dense 512-dimension fields, ten anchors' nonzero
 	// entries), and Evaluate keeps none of them.
 	scratches, slabs sync.Pool
+	// sparse (*[]map[string]svaf.Sparse) are the anchors' field maps,
+	// recycled the same way, cleared.
+	sparse sync.Pool
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -106,6 +110,7 @@ type admission struct {
 func newAdmission(o SVAFOptions) (*admission, error) {
 	a := &admission{cfg: o.Config, recent: o.Recent, nearest: o.Nearest, timeout: o.EncoderTimeout,
 		hashed: embed.DefaultHashed(), surface: map[svaf.Decision]bool{}, verdicts: map[string]verdictRecord{}, counts: map[svaf.Decision]int64{}}
+	a.hashedID = a.hashed.Kernel().ID
 	if a.cfg.Freshness == 0 && a.cfg.Guarded == 0 {
 		fw := a.cfg.FieldWeights
 		a.cfg = svaf.Default()
@@ -225,8 +230,9 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 // anchorKeys picks the anchors for a record of group with texts, newest
 // first then nearest, without repeats. The nearest are found from the
 // record's index terms (all of its texts'), which it returns for the
-// record's indexing (nil if no search was made).
-func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string) ([]store.KeyTime, *store.Terms, error) {
+// record's indexing (nil if no search was made). When negligible holds
+// of the newest anchors, it looks for no nearest ones and reports so.
+func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, *store.Terms, bool, error) {
 	var out []store.KeyTime
 	seen := map[string]bool{}
 	if n.adm.recent > 0 {
@@ -241,7 +247,10 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {
-			return nil, nil, err
+			return nil, nil, false, err
+		}
+		if negligible != nil && negligible(out) {
+			return out, nil, true, nil
 		}
 	}
 	var terms *store.Terms
@@ -294,7 +303,7 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			out = out[:picked]
 			hits, err := search(limit)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 			added := 0
 			for _, h := range hits {
@@ -312,7 +321,30 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			}
 		}
 	}
-	return out, terms, nil
+	return out, terms, false, nil
+}
+
+// negligible reports whether a record with texts, judged at now in the
+// hashed kernel, is admitted to bootstrap (svaf.Config.Negligible)
+// whatever the vectors, given its group's newest anchors, newest first:
+// all of its anchors when there are fewer than Recent, else every other
+// anchor is no newer than the last of them (the store's time order), and
+// the nearest add at most Nearest of those. Anchors committed since the
+// scan are left out, as a search made just after it would have.
+func (a *admission) negligible(now time.Time, texts map[string]string, recent []store.KeyTime) bool {
+	decay := 0.0
+	for _, kt := range recent {
+		decay += a.cfg.Decay(now.Sub(time.UnixMilli(kt.CreatedAt)))
+	}
+	if len(recent) >= a.recent && a.nearest > 0 {
+		decay += float64(a.nearest) * a.cfg.Decay(now.Sub(time.UnixMilli(recent[len(recent)-1].CreatedAt)))
+	}
+	for name := range texts {
+		if !a.cfg.Negligible(name, decay) {
+			return false
+		}
+	}
+	return true
 }
 
 // judge evaluates a checked broadcast record against the anchors and
@@ -321,10 +353,33 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	all := rec.Fields.Texts()
 	texts := fieldTexts(all)
 	now := n.now()
-	kts, terms, err := n.anchorKeys(ctx, rec.Group, all, texts)
+	var negligible func([]store.KeyTime) bool
+	if d := n.dense; d == nil || len(texts) == 0 || !d.healthy.Load() {
+		// The hashed kernel judges (denseVectorsFor): a record whose
+		// anchors all weigh nothing needs no nearest anchors, vectors or
+		// evaluation. The dense kernel's verdict also needs its vectors,
+		// which are stored with the record.
+		negligible = func(recent []store.KeyTime) bool { return n.adm.negligible(now, texts, recent) }
+	}
+	kts, terms, admit, err := n.anchorKeys(ctx, rec.Group, all, texts, negligible)
 	if err != nil {
 		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
+	if admit {
+		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
+		annexes, err := verdictAnnex(out)
+		if err != nil {
+			return verdictRecord{}, nil, nil, err
+		}
+		return out, annexes, nil, nil
+	}
+	out, annexes, err := n.evaluate(ctx, rec, texts, kts, now)
+	return out, annexes, terms, err
+}
+
+// evaluate judges rec, with texts, at now against the anchors kts and
+// returns the verdict with the annexes to store beside the record.
+func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]string, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
 	anchors := make([]svaf.Anchor, 0, len(kts))
 	// An anchor whose hashed counts are cached needs no read: its texts
 	// only ever make those counts.
@@ -340,7 +395,7 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 				continue
 			}
 			if err != nil {
-				return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
+				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
 			}
 			at = fieldTexts(r.Texts)
 		}
@@ -349,7 +404,7 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
 	if in == nil {
-		kernel = n.adm.hashed.Kernel().ID
+		kernel = n.adm.hashedID
 		dim := n.adm.hashed.Dim
 		scratch := n.adm.scratch(dim)
 		hin := hashFields(n.adm.hashed, texts, scratch)
@@ -368,7 +423,10 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		defer n.adm.slabs.Put(slab)
 		in = hin.vectors(*slab, dim)
 		rest := (*slab)[len(hin)*dim:]
+		maps := n.adm.sparseMaps(len(anchors))
+		defer n.adm.sparse.Put(maps)
 		for i := range anchors {
+			anchors[i].Sparse = (*maps)[i]
 			rest = cached[i].anchor(&anchors[i], rest, dim)
 		}
 	}
@@ -381,12 +439,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	annexes, err := verdictAnnex(out)
 	if err != nil {
-		return verdictRecord{}, nil, nil, err
+		return verdictRecord{}, nil, err
 	}
 	if dense != nil {
 		annexes = append(annexes, store.ItemAnnex{NS: n.dense.ns, Value: encodeFields(n.dense.k.Dim, dense)})
 	}
-	return out, annexes, terms, nil
+	return out, annexes, nil
 }
 
 // scratch is hashFields's working memory for dim.
@@ -395,6 +453,21 @@ func (a *admission) scratch(dim int) *hashScratch {
 		return p
 	}
 	return newHashScratch(dim)
+}
+
+// sparseMaps are n empty maps for anchors' sparse fields.
+func (a *admission) sparseMaps(n int) *[]map[string]svaf.Sparse {
+	p, _ := a.sparse.Get().(*[]map[string]svaf.Sparse)
+	if p == nil {
+		p = new([]map[string]svaf.Sparse)
+	}
+	for i := range *p {
+		clear((*p)[i]) // they hold the last judgement's slab
+	}
+	for len(*p) < n {
+		*p = append(*p, make(map[string]svaf.Sparse, cmb.NumFields))
+	}
+	return p
 }
 
 // slab is a buffer of at least n float64s, for hashedRecord.vectors.

@@ -60,7 +60,7 @@ func TestNearestFromTerms(t *testing.T) {
 		f := record()
 		all := f.Texts()
 		texts := fieldTexts(all)
-		kts, terms, err := n.anchorKeys(ctx, "alpha", all, texts)
+		kts, terms, _, err := n.anchorKeys(ctx, "alpha", all, texts, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

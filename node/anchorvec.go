@@ -160,9 +160,12 @@ func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
 func (hr hashedRecord) slabSize(dim int) int {
 	n := 0
 	for _, f := range hr {
-		if f.c32 != nil {
+		switch {
+		case f.c32 != nil:
 			n += dim
-		} else {
+		case int(f.hi)-int(f.lo) < expandTable:
+			n += int(f.hi) - int(f.lo) + 1
+		default:
 			n += len(f.idx)
 		}
 	}
@@ -185,12 +188,22 @@ func (hr hashedRecord) anchor(a *svaf.Anchor, slab []float64, dim int) []float64
 			a.Vectors[f.name] = v
 			continue
 		}
-		vals := slab[:len(f.idx):len(f.idx)]
-		slab = slab[len(f.idx):]
-		f.values(vals)
 		if a.Sparse == nil {
 			a.Sparse = make(map[string]svaf.Sparse, len(hr))
 		}
+		if span := int(f.hi) - int(f.lo) + 1; span <= expandTable {
+			// Coded: the few distinct values, each expanded once.
+			tab := slab[:span:span]
+			slab = slab[span:]
+			for k := range tab {
+				tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
+			}
+			a.Sparse[f.name] = svaf.Sparse{Dim: dim, Index: f.idx, Code: f.cnt, Lo: f.lo, Table: tab}
+			continue
+		}
+		vals := slab[:len(f.idx):len(f.idx)]
+		slab = slab[len(f.idx):]
+		f.values(vals)
 		a.Sparse[f.name] = svaf.Sparse{Dim: dim, Index: f.idx, Value: vals}
 	}
 	return slab

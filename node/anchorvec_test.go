@@ -50,7 +50,8 @@ func TestHashedRecordVectors(t *testing.T) {
 			}
 		}
 	}
-	// As an anchor: the same values, sparse but for the int32 field.
+	// As an anchor: the same values, sparse but for the int32 field, and
+	// coded but for the field whose counts span more than the table.
 	var a svaf.Anchor
 	slab = make([]float64, hr.slabSize(h.Dim))
 	if rest := hr.anchor(&a, slab, h.Dim); len(rest) != 0 {
@@ -63,11 +64,14 @@ func TestHashedRecordVectors(t *testing.T) {
 		g := a.Vectors[f]
 		if sp, ok := a.Sparse[f]; ok {
 			g = make([]float64, sp.Dim)
+			if coded := sp.Value == nil; coded != (f != "perspective") {
+				t.Errorf("%s: coded %t (only a field of counts past the table is not)", f, coded)
+			}
 			for k, j := range sp.Index {
-				if sp.Value[k] == 0 || k > 0 && j <= sp.Index[k-1] {
+				if sp.At(k) == 0 || k > 0 && j <= sp.Index[k-1] {
 					t.Fatalf("%s: sparse entry %d (bucket %d) is zero or out of order", f, k, j)
 				}
-				g[j] = sp.Value[k]
+				g[j] = sp.At(k)
 			}
 		}
 		for i := range w {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
+	mrand "math/rand"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +17,8 @@ import (
 	"unicode"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // fakeServer answers /v1/embeddings with vector i = (len(text), i+1, 0…),
@@ -267,4 +271,22 @@ func hashedByString(h Hashed, text string) []float32 {
 	flush()
 	Normalize(v)
 	return v
+}
+
+// BenchmarkHashedCounts is the default kernel's counts of one 300-byte
+// field of a standard record (Zipf-distributed made-up words, ASCII).
+func BenchmarkHashedCounts(b *testing.B) {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = benchtext.Field(fmt.Sprintf("focus %d:", i), 300, vocab, z)
+	}
+	h := DefaultHashed()
+	c := make([]int32, h.Dim)
+	b.SetBytes(300)
+	for i := 0; b.Loop(); i++ {
+		h.Counts(texts[i%len(texts)], c)
+	}
 }

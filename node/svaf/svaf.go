@@ -101,16 +101,42 @@ func (c Config) alpha(field string) float64 {
 	return 1
 }
 
+// Decay is exp(−age/τ), the freshness factor of an anchor aged age (a
+// negative age counts as 0), computed as Evaluate computes it.
+func (c Config) Decay(age time.Duration) float64 {
+	return math.Exp(-max(age.Seconds(), 0) / c.Freshness.Seconds())
+}
+
+// Negligible reports whether anchors whose Decays sum to at most decay
+// can never make field evaluable: an anchor's weight there is
+// α_f·cosine·Decay·confidence, with the cosine at most 1 (to a few ulps)
+// and, for the Negligible bound to hold, the confidence at most 1. The
+// factor 2 covers every rounding of Evaluate's sums. When it holds for
+// every field of the incoming record, Evaluate admits it as Aligned to
+// bootstrap (Evaluable 0, no drift, no nearest) whatever the vectors, so
+// a caller need not make them.
+func (c Config) Negligible(field string, decay float64) bool {
+	return 2*c.alpha(field)*decay < nonEvaluable
+}
+
 // Vectors are one record's per-field vectors, by field name. A field with
 // no vector (absent or "neutral" text) is not evaluable.
 type Vectors map[string][]float64
 
 // Sparse is a vector of Dim given by its nonzero entries: Value[k] at
 // Index[k], Index ascending.
+//
+// A vector of few distinct values (a hashed n-gram field's, whose values
+// are its counts scaled) may instead give them coded, Value nil: entry k
+// is Table[Code[k]-Lo]. Evaluate reads each value from the table where it
+// would read it from Value, so the sums are the same to the bit.
 type Sparse struct {
 	Dim   int
 	Index []uint16
 	Value []float64
+	Code  []int16
+	Lo    int16
+	Table []float64
 }
 
 // Anchor is one prior record the incoming one is judged against.
@@ -161,6 +187,14 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 	evaluable := 0
 	nearSum := make([]float64, len(anchors))
 	nearN := make([]int, len(anchors))
+	// An anchor's decay and confidence, the same in every field.
+	decay, conf := make([]float64, len(anchors)), make([]float64, len(anchors))
+	for i, a := range anchors {
+		decay[i], conf[i] = c.Decay(a.Age), a.Confidence
+		if conf[i] <= 0 {
+			conf[i] = 1
+		}
+	}
 	var fused []float64
 	// Fields in a fixed order, so sums round the same way on every run.
 	for _, f := range sortedFields(incoming) {
@@ -199,19 +233,13 @@ func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) V
 			nearSum[i] += cs
 			nearN[i]++
 			bestCos = max(bestCos, cs)
-			conf := a.Confidence
-			if conf <= 0 {
-				conf = 1
-			}
-			w := alpha * max(cs, 0) * math.Exp(-max(a.Age.Seconds(), 0)/tau) * conf
+			w := alpha * max(cs, 0) * decay[i] * conf[i]
 			if w == 0 {
 				continue
 			}
 			wsum += w
 			if sparse {
-				for k, j := range sp.Index {
-					fused[j] += w * sp.Value[k]
-				}
+				sp.addTo(fused, w)
 				continue
 			}
 			for j := range fused {
@@ -277,15 +305,46 @@ func sortedFields(v Vectors) []string {
 // na = x·x summed in index order: the same sums, less the zero terms.
 func sparseCosine(x []float64, na float64, v Sparse) float64 {
 	var dot, nb float64
-	for k, j := range v.Index {
-		y := v.Value[k]
-		dot += x[j] * y
-		nb += y * y
+	if v.Value != nil {
+		for k, j := range v.Index {
+			y := v.Value[k]
+			dot += x[j] * y
+			nb += y * y
+		}
+	} else {
+		code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+		for k, j := range v.Index {
+			y := tab[int(code[k])-lo]
+			dot += x[j] * y
+			nb += y * y
+		}
 	}
 	if na == 0 || nb == 0 {
 		return 0
 	}
 	return dot / math.Sqrt(na*nb)
+}
+
+// At is entry k's value, Value[k].
+func (v *Sparse) At(k int) float64 {
+	if v.Value != nil {
+		return v.Value[k]
+	}
+	return v.Table[int(v.Code[k])-int(v.Lo)]
+}
+
+// addTo adds w times v to fused (of v's Dim).
+func (v *Sparse) addTo(fused []float64, w float64) {
+	if v.Value != nil {
+		for k, j := range v.Index {
+			fused[j] += w * v.Value[k]
+		}
+		return
+	}
+	code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+	for k, j := range v.Index {
+		fused[j] += w * tab[int(code[k])-lo]
+	}
 }
 
 // cosine is the cosine of two equal-length vectors; 0 if either is zero.

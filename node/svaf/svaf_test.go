@@ -136,6 +136,13 @@ func TestSparseAnchors(t *testing.T) {
 				s.Index, s.Value = append(s.Index, uint16(i)), append(s.Value, x)
 			}
 		}
+		if r.IntN(2) == 0 { // coded: each value through the table
+			s.Lo = int16(r.IntN(9) - 4)
+			s.Table, s.Value = s.Value, nil
+			for k := range s.Index {
+				s.Code = append(s.Code, int16(k)+s.Lo)
+			}
+		}
 		return s
 	}
 	names := []string{"focus", "issue", "mood"}
@@ -191,5 +198,55 @@ func TestSparseAnchors(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Fatalf("verdicts reached %v: the cases do not exercise the thresholds", seen)
+	}
+}
+
+// TestNegligible: anchors whose decays Negligible holds for admit the
+// incoming record to bootstrap whatever their vectors, copies of it
+// included; anchors just fresh enough to weigh make it evaluable.
+func TestNegligible(t *testing.T) {
+	c := Default()
+	c.FieldWeights = map[string]float64{"focus": 3}
+	rng := rand.New(rand.NewPCG(3, 4))
+	vec := func() []float64 {
+		v := make([]float64, 16)
+		for i := range v {
+			v[i] = rng.NormFloat64()
+		}
+		return v
+	}
+	in := Vectors{"focus": vec(), "issue": vec()}
+	judge := func(age time.Duration) (Verdict, bool) {
+		var anchors []Anchor
+		decay := 0.0
+		for i := range 10 {
+			a := Anchor{Key: fmt.Sprint(i), Age: age + time.Duration(i)*time.Second, Vectors: Vectors{"focus": vec(), "issue": vec()}}
+			if i%3 == 0 { // an exact copy: cosine 1
+				a.Vectors = Vectors{"focus": in["focus"], "issue": in["issue"]}
+			}
+			anchors = append(anchors, a)
+			decay += c.Decay(a.Age)
+		}
+		return Evaluate(c, in, anchors, age), c.Negligible("focus", decay) && c.Negligible("issue", decay)
+	}
+	// exp(−age/τ) of 1e-8 is at about 18.4 τ; ten anchors, twice, of
+	// weight 3 need about 22.5 τ.
+	for _, age := range []time.Duration{23 * c.Freshness, 40 * c.Freshness, 1000 * c.Freshness, 1e6 * time.Hour} {
+		v, neg := judge(age)
+		if !neg {
+			t.Fatalf("age %v: not negligible", age)
+		}
+		if v.Decision != Aligned || v.Evaluable != 0 || v.TotalDrift != 0 || v.Nearest != "" {
+			t.Fatalf("age %v, negligible: %+v", age, v)
+		}
+	}
+	for _, age := range []time.Duration{time.Minute, 17 * c.Freshness} {
+		v, neg := judge(age)
+		if neg {
+			t.Fatalf("age %v: negligible", age)
+		}
+		if v.Evaluable == 0 {
+			t.Fatalf("age %v: nothing evaluable: %+v", age, v)
+		}
 	}
 }

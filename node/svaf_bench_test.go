@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand"
+	"testing"
+	"time"
+
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/benchtext"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/identity"
+)
+
+// standardFields are n standard records' fields (BenchmarkReceive's):
+// seven 300-byte fields of Zipf-distributed made-up words.
+func standardFields(n int) []cmb.Fields {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	out := make([]cmb.Fields, n)
+	for i := range out {
+		for j := range out[i] {
+			out[i][j].Text = benchtext.Field(fmt.Sprintf("%s %d:", cmb.FieldNames[j], i), 300, vocab, z)
+		}
+	}
+	return out
+}
+
+// BenchmarkJudge is SVAF alone on a live record: the judgement of a
+// standard record made just now against a memory of 3,000 standard
+// records received in the minutes before, nothing stored. It is the CPU
+// SVAF adds to receiving a record, without the rest of the receive path
+// and its noise; it reports the process CPU per judgement.
+func BenchmarkJudge(b *testing.B) {
+	ctx := context.Background()
+	aliceID, err := identity.Create(b.TempDir(), "alice", rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bobHome := b.TempDir()
+	bobID, err := identity.Create(bobHome, "bob", rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bob.Close()
+	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
+		b.Fatal(err)
+	}
+	src := Source{PeerID: "peer-alice", NodeID: aliceID.NodeID, AuthorKey: aliceID.PublicKeyB64(), AuthorE2E: aliceID.E2EPublicKeyDER(), Via: "bench"}
+	const stored, judged = 3000, 256
+	fields := standardFields(stored + judged)
+	first := time.Now().Add(-10 * time.Minute).UnixMilli()
+	recs := make([]*cmb.Record, len(fields))
+	for i, f := range fields {
+		if recs[i], err = cmb.Build(cmb.Draft{Fields: f, Group: "alpha", CreatedBy: aliceID.NodeID, CreatedAt: first + int64(i)*100}, aliceID.Ed25519); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, r := range recs[:stored] {
+		c, err := bob.Check(ctx, r, src)
+		if err == nil {
+			_, err = bob.Accept(ctx, c)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	cpu0, n := cpuTime(), 0
+	for ; b.Loop(); n++ {
+		if _, _, _, err := bob.judge(ctx, recs[stored+n%judged]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(n), "cpu-µs/record")
+}
+
+// BenchmarkHashFields is the hashed kernel's counts of one standard
+// record, as SVAF makes them for an incoming record and an uncached
+// anchor.
+func BenchmarkHashFields(b *testing.B) {
+	fields := standardFields(64)
+	recs := make([]map[string]string, len(fields))
+	for i, f := range fields {
+		recs[i] = fieldTexts(f.Texts())
+	}
+	h := embed.DefaultHashed()
+	sc := newHashScratch(h.Dim)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		hashFields(h, recs[i%len(recs)], sc)
+	}
+}
