@@ -420,9 +420,12 @@ const applyIdle = time.Millisecond
 // goroutine, not right after its acknowledgement: at that moment the
 // acknowledged writers prepare their next puts, and an apply would hold
 // the core they need, while during a frame write the cores are otherwise
-// idle. The applier hands each batch to the indexer once the syncer has
-// taken the apply's result, so batches are indexed in the order badger
-// took them, and only once it has them.
+// idle. With no frame to write beside it (a reader asked, nobody came
+// within applyIdle, a checkpoint, the close) the syncer applies the batch
+// itself: handing it to the applier then would only wake two goroutines
+// per batch for nothing to overlap. The syncer alone hands batches to the
+// indexer, each once badger took it, so they are indexed in the order
+// badger took them, and only once it has them.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
@@ -433,31 +436,36 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		defer close(applierDone)
 		for b := range applyIn {
 			applyOut <- s.applyLocked(b)
-			toIndex <- b // in the order of the applies
 		}
 	}()
-	// pending is acknowledged and not yet in badger. startApply hands it
-	// to the applier, which answers every reader's request so far
-	// (applyNow); applied waits for that.
+	// pending is acknowledged and not yet in badger. An apply answers
+	// every reader's request so far (applyNow): startApply hands pending
+	// to the applier and applied waits for it; applyPending applies it
+	// here.
 	var pending *batch
-	startApply := func() {
+	takeRequests := func() {
 		select {
 		case <-s.applyNow:
 		default:
 		}
+	}
+	startApply := func() {
+		takeRequests()
 		applyIn <- pending
 	}
-	applied := func() {
-		if err := <-applyOut; err != nil {
+	finish := func(err error) {
+		if err != nil {
 			// The batch is durable in the log, which restores it at Open.
 			s.breakWith(err)
 		}
+		toIndex <- pending
 		pending = nil
 	}
+	applied := func() { finish(<-applyOut) }
 	applyPending := func() {
 		if pending != nil {
-			startApply()
-			applied()
+			takeRequests()
+			finish(s.applyLocked(pending))
 		}
 	}
 	defer func() {
