@@ -335,6 +335,18 @@ func (s *Store) writer() {
 		defer tick.Stop()
 		roRetry = tick.C
 	}
+	onSynced := func(b *batch) {
+		inflight = false
+		if b.refused != nil {
+			w.forget(b)
+			if cur != nil {
+				w.refuse(cur, b.refused)
+			}
+		}
+		w.retire(b)
+		expect = max(expect+len(b.jobs)-early, 0)
+		early = 0
+	}
 	for {
 		full := cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes)
 		if cur != nil && !inflight {
@@ -361,25 +373,30 @@ func (s *Store) writer() {
 		if closing == nil || full {
 			jobs = nil
 		}
+		// With nothing to send, the batch in flight ending changes nothing
+		// until a job comes: the writer hears of it then (before adding
+		// the job, as if it had heard at once), and is not woken for it.
+		syncedC := synced
+		if cur == nil && closing != nil {
+			syncedC = nil
+		}
 		select {
 		case j := <-jobs:
+			if cur == nil && inflight {
+				select {
+				case b := <-synced:
+					onSynced(b)
+				default:
+				}
+			}
 			cur = w.add(cur, j)
 			if inflight && s.batched.Load() >= ackMark {
 				early++
 			} else {
 				expect = max(expect-1, 0)
 			}
-		case b := <-synced:
-			inflight = false
-			if b.refused != nil {
-				w.forget(b)
-				if cur != nil {
-					w.refuse(cur, b.refused)
-				}
-			}
-			w.retire(b)
-			expect = max(expect+len(b.jobs)-early, 0)
-			early = 0
+		case b := <-syncedC:
+			onSynced(b)
 		case <-lingerC:
 			lingerC, expect = nil, 0
 		case <-roRetry:
