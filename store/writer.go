@@ -347,6 +347,17 @@ func (s *Store) writer() {
 		expect = max(expect+len(b.jobs)-early, 0)
 		early = 0
 	}
+	// hearSynced takes the end of the batch in flight, if it came while
+	// there was nothing to send, before a job is added.
+	hearSynced := func() {
+		if cur == nil && inflight {
+			select {
+			case b := <-synced:
+				onSynced(b)
+			default:
+			}
+		}
+	}
 	for {
 		full := cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes)
 		if cur != nil && !inflight {
@@ -382,13 +393,7 @@ func (s *Store) writer() {
 		}
 		select {
 		case j := <-jobs:
-			if cur == nil && inflight {
-				select {
-				case b := <-synced:
-					onSynced(b)
-				default:
-				}
-			}
+			hearSynced()
 			cur = w.add(cur, j)
 			if inflight && s.batched.Load() >= ackMark {
 				early++
@@ -409,6 +414,7 @@ func (s *Store) writer() {
 			for {
 				select {
 				case j := <-s.jobs:
+					hearSynced()
 					cur = w.add(cur, j)
 					continue
 				default:
