@@ -39,9 +39,9 @@ import (
 //	CMBNODE_BENCH_ANCHORS  "none": the receiver judges records against no
 //	                       anchors (recent_anchors and nearest_anchors -1),
 //	                       to see what SVAF admission costs
-//	CMBNODE_BENCH_TRANSPORT "quic": the receiver dials the sender's QUIC
-//	                       address (default: its first, TCP with Noise and
-//	                       yamux), to compare the transports' cost
+//	CMBNODE_BENCH_TRANSPORT "quic": both daemons listen on QUIC only
+//	                       (default: TCP with Noise and yamux), to compare
+//	                       the transports' cost on loopback
 //
 // CPU per CMB is each daemon's process CPU time (utime+stime) over the
 // step divided by the CMBs it remembered or accepted: on a shared machine
@@ -220,6 +220,9 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 	grp := "bench"
 	args := func(role string) []string {
 		a := []string{"--public", "--group", grp}
+		if os.Getenv("CMBNODE_BENCH_TRANSPORT") == "quic" {
+			a = append(a, "--listen", "/ip4/127.0.0.1/udp/0/quic-v1")
+		}
 		if profile != "" {
 			a = append(a, "--cpuprofile", filepath.Join(profile, fmt.Sprintf("%s-%d.pprof", role, rate)))
 		}
@@ -236,7 +239,7 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 			b.Fatal(err)
 		}
 	}
-	rcv = startDaemon(b, rcvHome, append(args("receiver"), "--bootstrap", benchDialAddr(b, status(b, cs).Addrs))...)
+	rcv = startDaemon(b, rcvHome, append(args("receiver"), "--bootstrap", status(b, cs).Addrs[0])...)
 	cr := dialDaemon(b, rcv)
 	waitFor(b, "the daemons meet", 30*time.Second, func() bool { return status(b, cs).Peers == 1 && status(b, cr).Peers == 1 })
 	probe := rememberN(b, cs, 1, "delivery probe")
@@ -244,21 +247,6 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 	cs.Close()
 	cr.Close()
 	return snd, rcv
-}
-
-// benchDialAddr is the sender's address the receiver bootstraps from: the
-// first, or with CMBNODE_BENCH_TRANSPORT=quic its first QUIC one.
-func benchDialAddr(b *testing.B, addrs []string) string {
-	if os.Getenv("CMBNODE_BENCH_TRANSPORT") != "quic" {
-		return addrs[0]
-	}
-	for _, a := range addrs {
-		if strings.Contains(a, "/quic-v1/") {
-			return a
-		}
-	}
-	b.Fatalf("the sender listens on no QUIC address: %v", addrs)
-	return ""
 }
 
 // runDeliveryStep sends rate CMB/s for d on a fresh pair and measures.
