@@ -111,17 +111,24 @@ func BenchmarkPut1KBPipelined(b *testing.B) {
 	b.Run("writers=8/batch=16", func(b *testing.B) { benchPut(b, 8, 1, 16) })
 }
 
-func benchPut(b *testing.B, writers, inflight, batch int) {
+// benchEntries opens a store for a benchmark, closed when it ends, and
+// makes b.N records of the corpus seeded with seed.
+func benchEntries(b *testing.B, seed uint64) (*Store, []Entry) {
 	s, err := Open(b.TempDir(), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	c := newCorpus(1)
+	b.Cleanup(func() { s.Close() })
+	c := newCorpus(seed)
 	entries := make([]Entry, b.N)
 	for i := range entries {
 		entries[i] = c.record(i, testBase+int64(i))
 	}
+	return s, entries
+}
+
+func benchPut(b *testing.B, writers, inflight, batch int) {
+	s, entries := benchEntries(b, 1)
 	var next atomic.Int64
 	ctx := context.Background()
 	b.SetBytes(int64(len(entries[0].Raw)))
@@ -291,16 +298,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 // goroutine hand-offs; it reports that and the process's context switches
 // per put, which the hand-offs cause on idle cores.
 func BenchmarkPutPaced(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	c := newCorpus(3)
-	entries := make([]Entry, b.N)
-	for i := range entries {
-		entries[i] = c.record(i, testBase+int64(i))
-	}
+	s, entries := benchEntries(b, 3)
 	ctx := context.Background()
 	// A one-word search waits for the index as any does, at little cost.
 	word, _, _ := strings.Cut(entries[0].Texts[0], " ")
