@@ -335,6 +335,29 @@ func (s *Store) writer() {
 		defer tick.Stop()
 		roRetry = tick.C
 	}
+	onSynced := func(b *batch) {
+		inflight = false
+		if b.refused != nil {
+			w.forget(b)
+			if cur != nil {
+				w.refuse(cur, b.refused)
+			}
+		}
+		w.retire(b)
+		expect = max(expect+len(b.jobs)-early, 0)
+		early = 0
+	}
+	// hearSynced takes the end of the batch in flight, if it came while
+	// there was nothing to send, before a job is added.
+	hearSynced := func() {
+		if cur == nil && inflight {
+			select {
+			case b := <-synced:
+				onSynced(b)
+			default:
+			}
+		}
+	}
 	for {
 		full := cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes)
 		if cur != nil && !inflight {
@@ -361,25 +384,24 @@ func (s *Store) writer() {
 		if closing == nil || full {
 			jobs = nil
 		}
+		// With nothing to send, the batch in flight ending changes nothing
+		// until a job comes: the writer hears of it then (before adding
+		// the job, as if it had heard at once), and is not woken for it.
+		syncedC := synced
+		if cur == nil && closing != nil {
+			syncedC = nil
+		}
 		select {
 		case j := <-jobs:
+			hearSynced()
 			cur = w.add(cur, j)
 			if inflight && s.batched.Load() >= ackMark {
 				early++
 			} else {
 				expect = max(expect-1, 0)
 			}
-		case b := <-synced:
-			inflight = false
-			if b.refused != nil {
-				w.forget(b)
-				if cur != nil {
-					w.refuse(cur, b.refused)
-				}
-			}
-			w.retire(b)
-			expect = max(expect+len(b.jobs)-early, 0)
-			early = 0
+		case b := <-syncedC:
+			onSynced(b)
 		case <-lingerC:
 			lingerC, expect = nil, 0
 		case <-roRetry:
@@ -392,6 +414,7 @@ func (s *Store) writer() {
 			for {
 				select {
 				case j := <-s.jobs:
+					hearSynced()
 					cur = w.add(cur, j)
 					continue
 				default:
@@ -420,9 +443,12 @@ const applyIdle = time.Millisecond
 // goroutine, not right after its acknowledgement: at that moment the
 // acknowledged writers prepare their next puts, and an apply would hold
 // the core they need, while during a frame write the cores are otherwise
-// idle. The applier hands each batch to the indexer once the syncer has
-// taken the apply's result, so batches are indexed in the order badger
-// took them, and only once it has them.
+// idle. With no frame to write beside it (a reader asked, nobody came
+// within applyIdle, a checkpoint, the close) the syncer applies the batch
+// itself: handing it to the applier then would only wake two goroutines
+// per batch for nothing to overlap. The syncer alone hands batches to the
+// indexer, each once badger took it, so they are indexed in the order
+// badger took them, and only once it has them.
 func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
 	toIndex := make(chan *batch, indexQueue)
 	indexerDone := make(chan struct{})
@@ -433,31 +459,36 @@ func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}
 		defer close(applierDone)
 		for b := range applyIn {
 			applyOut <- s.applyLocked(b)
-			toIndex <- b // in the order of the applies
 		}
 	}()
-	// pending is acknowledged and not yet in badger. startApply hands it
-	// to the applier, which answers every reader's request so far
-	// (applyNow); applied waits for that.
+	// pending is acknowledged and not yet in badger. An apply answers
+	// every reader's request so far (applyNow): startApply hands pending
+	// to the applier and applied waits for it; applyPending applies it
+	// here.
 	var pending *batch
-	startApply := func() {
+	takeRequests := func() {
 		select {
 		case <-s.applyNow:
 		default:
 		}
+	}
+	startApply := func() {
+		takeRequests()
 		applyIn <- pending
 	}
-	applied := func() {
-		if err := <-applyOut; err != nil {
+	finish := func(err error) {
+		if err != nil {
 			// The batch is durable in the log, which restores it at Open.
 			s.breakWith(err)
 		}
+		toIndex <- pending
 		pending = nil
 	}
+	applied := func() { finish(<-applyOut) }
 	applyPending := func() {
 		if pending != nil {
-			startApply()
-			applied()
+			takeRequests()
+			finish(s.applyLocked(pending))
 		}
 	}
 	defer func() {

@@ -39,6 +39,9 @@ import (
 //	CMBNODE_BENCH_ANCHORS  "none": the receiver judges records against no
 //	                       anchors (recent_anchors and nearest_anchors -1),
 //	                       to see what SVAF admission costs
+//	CMBNODE_BENCH_TRANSPORT "quic": both daemons listen on QUIC only
+//	                       (default: TCP with Noise and yamux), to compare
+//	                       the transports' cost on loopback
 //
 // CPU per CMB is each daemon's process CPU time (utime+stime) over the
 // step divided by the CMBs it remembered or accepted: on a shared machine
@@ -217,6 +220,9 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 	grp := "bench"
 	args := func(role string) []string {
 		a := []string{"--public", "--group", grp}
+		if os.Getenv("CMBNODE_BENCH_TRANSPORT") == "quic" {
+			a = append(a, "--listen", "/ip4/127.0.0.1/udp/0/quic-v1")
+		}
 		if profile != "" {
 			a = append(a, "--cpuprofile", filepath.Join(profile, fmt.Sprintf("%s-%d.pprof", role, rate)))
 		}

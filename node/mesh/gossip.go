@@ -170,6 +170,7 @@ func (m *Mesh) startGossip() error {
 // of those bytes — still dedupes each message across the mesh, and the
 // node dedupes records by key (c.Duplicate).
 func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	growStack(0)
 	if from == m.h.ID() {
 		return pubsub.ValidationAccept // our own publish, stored before it was sent
 	}
@@ -245,6 +246,22 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 	// trouble is no fault of the record (accept logs it).
 	m.accept(ctx, c, 0)
 	return pubsub.ValidationAccept
+}
+
+// validatorStack is about the stack the receive pipeline needs below
+// validate (Ed25519 verification and SVAF's judgement have large frames).
+const validatorStack = 16 << 10
+
+// growStack gives the calling goroutine room for validatorStack at once.
+// GossipSub runs each message's validator on a new goroutine, whose stack
+// starts small; grown on demand, it is doubled and copied several times
+// deep in the pipeline, each copy walking and adjusting every frame above
+// it. Grown here, at the top, it is copied once, with few frames.
+//
+//go:noinline
+func growStack(i int) byte {
+	var pad [validatorStack]byte
+	return pad[i%len(pad)]
 }
 
 // isRejection tells a verdict on the record from a local failure.
