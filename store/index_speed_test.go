@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math"
+	mrand "math/rand"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // Records for the index benchmarks, generated once per test binary: making
@@ -145,6 +148,33 @@ func BenchmarkIndexRecord(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkIndexStandardCMB is addTexts of the delivery benchmark's
+// standard CMB (seven 300-byte fields of words of a 4,096-word vocabulary
+// drawn by Zipf's law, each headed by its name and the record's number)
+// into an index of 20,000 of them: the indexing a remembered CMB costs.
+func BenchmarkIndexStandardCMB(b *testing.B) {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	names := FieldNames()
+	const pre, distinct = 20_000, 5_000
+	texts := make([][NumFields]string, distinct)
+	for i := range texts {
+		for f := range texts[i] {
+			texts[i][f] = benchtext.Field(fmt.Sprintf("%s %d of 1764633600000:", names[f], i), 300, vocab, z)
+		}
+	}
+	x := newTextIndex(nil)
+	for i := range pre {
+		x.addTexts(fmt.Sprintf("pre-%d", i), int64(i), "g", texts[i%distinct])
+	}
+	keys := make([]string, b.N)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("add-%d", i)
+	}
+	benchThreadCPU(b, func(i int) { x.addTexts(keys[i], int64(pre+i), "g", texts[i%distinct]) })
 }
 
 // BenchmarkIndexAddCold is BenchmarkIndexAdd with the caches disturbed
@@ -291,6 +321,44 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		if err := sameAnalysis(analyze(&tm, texts), analyzeRef(texts)); err != nil {
 			t.Fatalf("%q: %v", texts, err)
 		}
+	}
+}
+
+// TestTermerCacheMatchesStemmer runs words through one termer past two
+// generations of its cache, and words that differ only after their first
+// eight bytes, and holds every term and its hash to the uncached stemmer's.
+func TestTermerCacheMatchesStemmer(t *testing.T) {
+	var tm termer
+	rng := rand.New(rand.NewPCG(3, 9))
+	suffixes := []string{"", "s", "ing", "ed", "'s", "ly", "ness", "ation"}
+	word := func() string {
+		switch rng.IntN(4) {
+		case 0: // a stop word or a common word, back in every generation
+			return []string{"the", "it's", "running", "was", "releases", "a"}[rng.IntN(6)]
+		case 1: // long words alike in their first eight bytes
+			return "abcdefgh" + strconv.Itoa(rng.IntN(50)) + suffixes[rng.IntN(len(suffixes))]
+		default: // a vocabulary larger than two generations
+			return "w" + strconv.Itoa(rng.IntN(3*termCacheSize)) + suffixes[rng.IntN(len(suffixes))]
+		}
+	}
+	words := make([]string, 64)
+	for round := range 8 * termCacheSize / len(words) {
+		for i := range words {
+			words[i] = word()
+		}
+		want, _ := (*termer)(nil).termsHashed(slices.Clone(words), nil, true)
+		got, hashes := tm.termsHashed(slices.Clone(words), nil, true)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: %q gave %q, want %q", round, words, got, want)
+		}
+		for i, term := range got {
+			if hashes[i] != termHash(term) {
+				t.Fatalf("round %d: hash of %q is %x, want %x", round, term, hashes[i], termHash(term))
+			}
+		}
+	}
+	if n := len(tm.cur.ents) + len(tm.old.ents); n > 2*termCacheSize {
+		t.Fatalf("the cache holds %d words, over its bound of %d", n, 2*termCacheSize)
 	}
 }
 
