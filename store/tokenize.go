@@ -232,42 +232,48 @@ type termer struct {
 }
 
 // stemCache is one generation of the termer's cache: a hash table with
-// linear probing over termHash of the word. An entry carries the word's
-// length and first eight bytes, so a lookup of a word of up to eight bytes
-// (most words) touches its slot and its entry and never the cached word's
-// own bytes, where a map[string]string reads them to compare.
+// linear probing over termHash of the word. An entry (one 64-byte cache
+// line) carries the word's length and its first and last eight bytes, so a
+// lookup of a word of up to 16 bytes (most words) touches its slot and its
+// entry and never the cached word's own bytes, where a map[string]string
+// reads them to compare.
 type stemCache struct {
 	slots []uint32 // index+1 into ents; 0 is empty
 	ents  []stemEntry
 }
 
 type stemEntry struct {
-	head  uint64 // the word's first eight bytes, zero-padded
+	head  wordHead
 	whash uint32 // termHash(word)
 	shash uint32 // termHash(stem)
 	wlen  uint32
+	_     uint32
 	word  string // a copy: the cache does not keep records' texts alive
 	stem  string // "" for a stop word
 }
+
+// wordHead is a word's first eight bytes and its last eight (zero-padded
+// when shorter): with its length, all of a word of up to 16 bytes.
+type wordHead struct{ first, last uint64 }
 
 // termCacheSize is each generation's bound: a few MB at most, past the
 // working vocabulary of most stores.
 const termCacheSize = 1 << 15
 
-// head8 is s's first eight bytes, little-endian, zero-padded.
-func head8(s string) uint64 {
+// headOf is s's wordHead.
+func headOf(s string) wordHead {
 	if len(s) >= 8 {
-		return load64(s)
+		return wordHead{load64(s), load64(s[len(s)-8:])}
 	}
 	var h uint64
 	for i := len(s) - 1; i >= 0; i-- {
 		h = h<<8 | uint64(s[i])
 	}
-	return h
+	return wordHead{first: h}
 }
 
 // find returns w's entry, or nil.
-func (c *stemCache) find(w string, h uint32, head uint64) *stemEntry {
+func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
 	if len(c.slots) == 0 {
 		return nil
 	}
@@ -278,7 +284,7 @@ func (c *stemCache) find(w string, h uint32, head uint64) *stemEntry {
 			return nil
 		}
 		e := &c.ents[s-1]
-		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 8 || e.word[8:] == w[8:]) {
+		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
 			return e
 		}
 	}
@@ -326,7 +332,7 @@ func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]str
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	for _, w := range words {
-		h, head := termHash(w), head8(w)
+		h, head := termHash(w), headOf(w)
 		e := tm.cur.find(w, h, head)
 		if e == nil {
 			if e = tm.old.find(w, h, head); e == nil {
