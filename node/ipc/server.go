@@ -396,6 +396,10 @@ func (s *Server) newConn(nc *net.UnixConn) *conn {
 	}
 	c.q = &fairQ{c: c, idx: -1}
 	c.rc, _ = nc.SyscallConn() // nil on error: replies then all go through the writer
+	c.wattempt = func(fd uintptr) bool {
+		c.wn, c.werr = syscall.Write(int(fd), c.wbuf)
+		return true // never wait: what is left goes to the writer
+	}
 	c.idleSince.Store(time.Now().UnixNano())
 	s.conns[c] = struct{}{}
 	s.clients.Add(1)
@@ -463,11 +467,16 @@ type conn struct {
 	// worker writing its reply itself (sendNow). queued counts the replies
 	// in out or taken from it and not yet written; a reply is written
 	// directly only while it is 0, so replies go out in the order sent.
-	wmu        sync.Mutex
-	queued     atomic.Int64
-	wbuf       []byte          // sendNow's frame, under wmu
-	rc         syscall.RawConn // nc's descriptor, for sendNow's one non-blocking write
-	dead       chan struct{}   // closed when the connection is finished
+	wmu    sync.Mutex
+	queued atomic.Int64
+	wbuf   []byte          // sendNow's frame, under wmu
+	rc     syscall.RawConn // nc's descriptor, for sendNow's one non-blocking write
+	// wattempt is that write, made once so that a reply allocates no
+	// closure; it writes wbuf and sets wn, werr (all under wmu).
+	wattempt   func(fd uintptr) bool
+	wn         int
+	werr       error
+	dead       chan struct{} // closed when the connection is finished
 	deadOnce   sync.Once
 	readDone   chan struct{} // closed when the reader stops: writer drains then exits
 	writerDone chan struct{}
@@ -692,7 +701,7 @@ func (c *conn) sendNow(b []byte) (ok, done bool) {
 		return false, false
 	}
 	c.wbuf = appendFramed(c.wbuf[:0], b, c.framed)
-	n, err := c.writeNonBlocking(c.wbuf)
+	n, err := c.writeNonBlocking()
 	if err != nil {
 		c.wmu.Unlock()
 		c.kill()
@@ -710,28 +719,24 @@ func (c *conn) sendNow(b []byte) (ok, done bool) {
 	return ok, true
 }
 
-// writeNonBlocking makes one write of b to the socket that does not wait
-// for room: it returns how much the socket took, 0 when it is full.
-func (c *conn) writeNonBlocking(b []byte) (int, error) {
-	var n int
-	var werr error
-	attempt := func(fd uintptr) bool {
-		n, werr = syscall.Write(int(fd), b)
-		return true // never wait: what is left goes to the writer
-	}
-	err := c.rc.Write(attempt)
+// writeNonBlocking makes one write of wbuf to the socket that does not
+// wait for room: it returns how much the socket took, 0 when it is full.
+// Called with wmu held.
+func (c *conn) writeNonBlocking() (int, error) {
+	c.wn, c.werr = 0, nil
+	err := c.rc.Write(c.wattempt)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The writer's deadline of its last write has passed; this write
 		// never waits, so it needs none.
 		c.nc.SetWriteDeadline(time.Time{})
-		err = c.rc.Write(attempt)
+		err = c.rc.Write(c.wattempt)
 	}
 	if err == nil {
-		err = werr
+		err = c.werr
 	}
 	switch {
 	case err == nil:
-		return n, nil
+		return c.wn, nil
 	case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) || errors.Is(err, os.ErrDeadlineExceeded):
 		return 0, nil
 	default:
