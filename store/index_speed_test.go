@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math"
+	mrand "math/rand"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // Records for the index benchmarks, generated once per test binary: making
@@ -145,6 +148,68 @@ func BenchmarkIndexRecord(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkIndexStandardCMB is addTexts of the delivery benchmark's
+// standard CMB (seven 300-byte fields of words of a 4,096-word vocabulary
+// drawn by Zipf's law, each headed by its name and the record's number)
+// into an index of 20,000 of them: the indexing a remembered CMB costs.
+func BenchmarkIndexStandardCMB(b *testing.B) {
+	x, texts, keys := standardIndexSetup(b.N)
+	benchThreadCPU(b, func(i int) { x.addTexts(keys[i], int64(i), "g", texts[i%len(texts)]) })
+}
+
+// BenchmarkIndexStandardCMBCold is BenchmarkIndexStandardCMB with the
+// caches disturbed between records (an untimed pass over 8 MB), as in a
+// daemon, whose indexer runs after badger and the log between records;
+// cpu-ns/add is the thread's CPU in addTexts alone. It comes near what a
+// sender's profile gives the text index per CMB.
+func BenchmarkIndexStandardCMBCold(b *testing.B) {
+	x, texts, keys := standardIndexSetup(b.N)
+	junk := make([]uint64, 1<<20)
+	var sink uint64
+	var spent time.Duration
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ResetTimer()
+	for i := range b.N {
+		for j := 0; j < len(junk); j += 8 {
+			junk[j]++
+			sink += junk[j]
+		}
+		t := threadCPU()
+		x.addTexts(keys[i], int64(i), "g", texts[i%len(texts)])
+		spent += threadCPU() - t
+	}
+	b.StopTimer()
+	if sink == 1 {
+		b.Log(sink)
+	}
+	b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N), "cpu-ns/add")
+}
+
+// standardIndexSetup is an index of 20,000 standard CMBs, 5,000 distinct
+// texts to add and n fresh keys.
+func standardIndexSetup(n int) (x *textIndex, texts [][NumFields]string, keys []string) {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	names := FieldNames()
+	texts = make([][NumFields]string, 5_000)
+	for i := range texts {
+		for f := range texts[i] {
+			texts[i][f] = benchtext.Field(fmt.Sprintf("%s %d of 1764633600000:", names[f], i), 300, vocab, z)
+		}
+	}
+	x = newTextIndex(nil)
+	for i := range 20_000 {
+		x.addTexts(fmt.Sprintf("pre-%d", i), int64(i), "g", texts[i%len(texts)])
+	}
+	keys = make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("add-%d", i)
+	}
+	return x, texts, keys
 }
 
 // BenchmarkIndexAddCold is BenchmarkIndexAdd with the caches disturbed
@@ -291,6 +356,44 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		if err := sameAnalysis(analyze(&tm, texts), analyzeRef(texts)); err != nil {
 			t.Fatalf("%q: %v", texts, err)
 		}
+	}
+}
+
+// TestTermerCacheMatchesStemmer runs words through one termer past two
+// generations of its cache, and words that differ only between their first
+// and last eight bytes, and holds every term and its hash to the uncached stemmer's.
+func TestTermerCacheMatchesStemmer(t *testing.T) {
+	var tm termer
+	rng := rand.New(rand.NewPCG(3, 9))
+	suffixes := []string{"", "s", "ing", "ed", "'s", "ly", "ness", "ation"}
+	word := func() string {
+		switch rng.IntN(4) {
+		case 0: // a stop word or a common word, back in every generation
+			return []string{"the", "it's", "running", "was", "releases", "a"}[rng.IntN(6)]
+		case 1: // long words alike in their first and last eight bytes
+			return "abcdefgh" + strconv.Itoa(rng.IntN(50)) + suffixes[rng.IntN(len(suffixes))] + "stuvwxyz"
+		default: // a vocabulary larger than two generations
+			return "w" + strconv.Itoa(rng.IntN(3*termCacheSize)) + suffixes[rng.IntN(len(suffixes))]
+		}
+	}
+	words := make([]string, 64)
+	for round := range 8 * termCacheSize / len(words) {
+		for i := range words {
+			words[i] = word()
+		}
+		want, _ := (*termer)(nil).termsHashed(slices.Clone(words), nil, true)
+		got, hashes := tm.termsHashed(slices.Clone(words), nil, true)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: %q gave %q, want %q", round, words, got, want)
+		}
+		for i, term := range got {
+			if hashes[i] != termHash(term) {
+				t.Fatalf("round %d: hash of %q is %x, want %x", round, term, hashes[i], termHash(term))
+			}
+		}
+	}
+	if n := len(tm.cur.ents) + len(tm.old.ents); n > 2*termCacheSize {
+		t.Fatalf("the cache holds %d words, over its bound of %d", n, 2*termCacheSize)
 	}
 }
 

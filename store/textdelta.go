@@ -113,19 +113,16 @@ func (d *delta) termID(t string, h uint32) uint32 {
 	}
 }
 
-// prefetch hashes a group of tokens into hashes and loads their slots and
-// terms, so that the cache misses of the lookups that follow overlap.
-func (d *delta) prefetch(toks []string, hashes *[mergeGroup]uint32) {
-	for k, t := range toks {
-		hashes[k] = termHash(t)
-	}
+// prefetch loads the slots and terms of a group of tokens (by their
+// hashes), so that the cache misses of the lookups that follow overlap.
+func (d *delta) prefetch(hashes []uint32) {
 	if d.slots == nil {
 		return
 	}
 	mask := uint32(len(d.slots) - 1)
 	var sum uint32
-	for k := range toks {
-		if s := d.slots[hashes[k]&mask]; s != 0 {
+	for _, h := range hashes {
+		if s := d.slots[h&mask]; s != 0 {
 			sum += d.terms[s-1].hash
 		}
 	}
@@ -207,8 +204,9 @@ func (x *textIndex) mergeLocked() {
 // recordTokens is a record's tokens, field after field: field f's are
 // toks[ends[f-1]:ends[f]].
 type recordTokens struct {
-	toks []string
-	ends [NumFields]int32
+	toks   []string
+	hashes []uint32 // termHash(toks[i])
+	ends   [NumFields]int32
 }
 
 // start is where field f's tokens begin.
@@ -235,14 +233,16 @@ func (x *textIndex) addTexts(key string, at int64, group string, texts [NumField
 
 // tokens sets rt to the terms of texts, field after field.
 func (x *textIndex) tokens(rt *recordTokens, texts [NumFields]string) {
-	rt.toks = rt.toks[:0]
+	rt.toks, rt.hashes = rt.toks[:0], rt.hashes[:0]
 	for f, t := range texts {
 		if t != neutralText {
 			// The protocol's placeholder for an unfilled field says nothing
 			// about the record (as in analyze).
 			n := len(rt.toks)
 			all := appendTokens(rt.toks, t)
-			rt.toks = all[:n+len(x.termer.terms(all[n:]))]
+			var terms []string
+			terms, rt.hashes = x.termer.termsHashed(all[n:], rt.hashes, true)
+			rt.toks = all[:n+len(terms)]
 		}
 		rt.ends[f] = int32(len(rt.toks))
 	}
@@ -266,17 +266,15 @@ func (x *textIndex) addTokensLocked(key string, at int64, group string, rt *reco
 	d := &x.delta
 	var begin int32
 	for f := range NumFields {
-		toks := rt.toks[begin:rt.ends[f]]
+		toks, hashes := rt.toks[begin:rt.ends[f]], rt.hashes[begin:rt.ends[f]]
 		begin = rt.ends[f]
 		lens[f] = uint32(len(toks))
 		start := len(d.posts)
-		var hashes [mergeGroup]uint32
 		for i, tok := range toks {
-			g := i % mergeGroup
-			if g == 0 {
-				d.prefetch(toks[i:min(i+mergeGroup, len(toks))], &hashes)
+			if i%mergeGroup == 0 {
+				d.prefetch(hashes[i:min(i+mergeGroup, len(hashes))])
 			}
-			lid := d.termID(tok, hashes[g])
+			lid := d.termID(tok, hashes[i])
 			e := &d.terms[lid]
 			if int(e.last) > start { // already in this field: count it
 				if p := &d.posts[e.last-1]; (*p>>17)&tfMax < tfMax {

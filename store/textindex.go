@@ -451,6 +451,7 @@ func (s *Store) Terms(texts [NumFields]string) *Terms {
 		n += len(x)
 	}
 	t.rt.toks = make([]string, 0, n/4+8) // more than most texts' words, so no regrowth
+	t.rt.hashes = make([]uint32, 0, n/4+8)
 	s.idx.tokens(&t.rt, texts)
 	return t
 }

@@ -223,60 +223,193 @@ func foldNFC(text string) string {
 // indexing a posting costs; text repeats its words, so stems are cached,
 // in two generations (when the current one fills it becomes the old one,
 // and words found there move back), which bounds the cache whatever the
-// vocabulary. A cache hit costs a map lookup. The cache only ever maps a
-// word to its stem, so what is in it never changes a term.
+// vocabulary. The cache only ever maps a word to its stem (and the stem's
+// termHash, which the text index needs next), so what is in it never
+// changes a term.
 type termer struct {
 	mu       sync.Mutex
-	cur, old map[string]string // word → stem; "" for a stop word
+	cur, old stemCache
+	touched  uint32 // sums what touch loaded; it means nothing
 }
+
+// stemGroup is how many words' cache entries are loaded at a time.
+const stemGroup = 16
+
+// stemCache is one generation of the termer's cache: a hash table with
+// linear probing over termHash of the word. An entry (one 64-byte cache
+// line) carries the word's length and its first and last eight bytes, so a
+// lookup of a word of up to 16 bytes (most words) touches its slot and its
+// entry and never the cached word's own bytes, where a map[string]string
+// reads them to compare.
+type stemCache struct {
+	slots []uint32 // index+1 into ents; 0 is empty
+	ents  []stemEntry
+}
+
+type stemEntry struct {
+	head  wordHead
+	whash uint32 // termHash(word)
+	shash uint32 // termHash(stem)
+	wlen  uint32
+	_     uint32
+	word  string // a copy: the cache does not keep records' texts alive
+	stem  string // "" for a stop word
+}
+
+// wordHead is a word's first eight bytes and its last eight (zero-padded
+// when shorter): with its length, all of a word of up to 16 bytes.
+type wordHead struct{ first, last uint64 }
 
 // termCacheSize is each generation's bound: a few MB at most, past the
 // working vocabulary of most stores.
 const termCacheSize = 1 << 15
 
+// headOf is s's wordHead.
+func headOf(s string) wordHead {
+	if len(s) >= 8 {
+		return wordHead{load64(s), load64(s[len(s)-8:])}
+	}
+	var h uint64
+	for i := len(s) - 1; i >= 0; i-- {
+		h = h<<8 | uint64(s[i])
+	}
+	return wordHead{first: h}
+}
+
+// find returns w's entry, or nil.
+func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
+	if len(c.slots) == 0 {
+		return nil
+	}
+	mask := uint32(len(c.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := c.slots[i]
+		if s == 0 {
+			return nil
+		}
+		e := &c.ents[s-1]
+		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
+			return e
+		}
+	}
+}
+
+// touch loads the slots, then the entries, that looking up the words of
+// hashes hs will read, and returns a sum of them so the loads are kept.
+func (c *stemCache) touch(hs []uint32) uint32 {
+	if len(c.slots) == 0 {
+		return 0
+	}
+	mask := uint32(len(c.slots) - 1)
+	var idx [stemGroup]uint32
+	for k, h := range hs {
+		idx[k] = c.slots[h&mask]
+	}
+	var sum uint32
+	for k := range hs {
+		if s := idx[k]; s != 0 {
+			sum += c.ents[s-1].whash
+		}
+	}
+	return sum
+}
+
+// put adds e, whose word is not in c.
+func (c *stemCache) put(e stemEntry) {
+	if len(c.slots) == 0 {
+		c.slots = make([]uint32, 2048)
+	}
+	c.ents = append(c.ents, e)
+	mask := uint32(len(c.slots) - 1)
+	i := e.whash & mask
+	for c.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	c.slots[i] = uint32(len(c.ents))
+	if 2*len(c.ents) > len(c.slots) {
+		c.slots = rehash(2*len(c.slots), len(c.ents), func(j int) uint32 { return c.ents[j].whash })
+	}
+}
+
 // terms rewrites words in place into their terms, dropping stop words, and
 // returns the terms (a prefix of words). A nil termer stems without a cache.
 func (tm *termer) terms(words []string) []string {
+	out, _ := tm.termsHashed(words, nil, false)
+	return out
+}
+
+// termsHashed is terms that, if hash is set, also appends termHash of each
+// term to hashes, in order.
+func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]string, []uint32) {
 	out := words[:0]
 	if tm == nil {
 		for _, w := range words {
 			if t := stemWord(w); t != "" {
 				out = append(out, t)
+				if hash {
+					hashes = append(hashes, termHash(t))
+				}
 			}
 		}
-		return out
+		return out, hashes
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	for _, w := range words {
-		t, ok := tm.cur[w]
-		if !ok {
-			if t, ok = tm.old[w]; !ok {
-				t = stemWord(w)
+	var hs [stemGroup]uint32
+	for i, w := range words {
+		// A group at a time: the words' hashes first, then their slots and
+		// entries loaded together, so that the cache misses of a group's
+		// lookups overlap (the cache is larger than L2, and cold in a
+		// daemon between records); one after another, each lookup waited
+		// for its own (most of terms' time in a sender's profile).
+		if g := i % stemGroup; g == 0 {
+			n := min(stemGroup, len(words)-i)
+			for k, w := range words[i : i+n] {
+				hs[k] = termHash(w)
 			}
-			tm.putLocked(w, t)
+			tm.touched += tm.cur.touch(hs[:n])
 		}
-		if t != "" {
-			out = append(out, t)
+		h, head := hs[i%stemGroup], headOf(w)
+		e := tm.cur.find(w, h, head)
+		if e == nil {
+			if e = tm.old.find(w, h, head); e == nil {
+				e = tm.putLocked(stemEntry{head: head, whash: h, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, true)
+			} else {
+				e = tm.putLocked(*e, false)
+			}
+		}
+		if e.stem != "" {
+			out = append(out, e.stem)
+			if hash {
+				hashes = append(hashes, e.shash)
+			}
 		}
 	}
-	return out
+	return out, hashes
 }
 
-func (tm *termer) putLocked(w, t string) {
-	if tm.cur == nil || len(tm.cur) >= termCacheSize {
-		tm.old, tm.cur = tm.cur, make(map[string]string, 1024)
+// putLocked adds e to the current generation (fresh: its word and stem
+// are not copies yet, nor its stem hashed) and returns it there.
+func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
+	if len(tm.cur.ents) >= termCacheSize {
+		tm.old, tm.cur = tm.cur, stemCache{}
 	}
-	// Words are substrings of a record's text: the key is copied so that
-	// the cache does not keep whole texts alive. A stem equal to its word
-	// shares the copy.
-	w = strings.Clone(w)
-	if t != "" && t == w {
-		t = w
-	} else {
-		t = strings.Clone(t)
+	if fresh {
+		// Words are substrings of a record's text: the key is copied so
+		// that the cache does not keep whole texts alive. A stem equal to
+		// its word shares the copy.
+		e.word = strings.Clone(e.word)
+		if e.stem != "" && e.stem == e.word {
+			e.stem = e.word
+		} else {
+			e.stem = strings.Clone(e.stem)
+		}
+		if e.stem != "" {
+			e.shash = termHash(e.stem)
+		}
 	}
-	tm.cur[w] = t
+	tm.cur.put(e)
+	return &tm.cur.ents[len(tm.cur.ents)-1]
 }
 
 // stemWord is w's term, or "" if w is a stop word (before or after

@@ -269,3 +269,40 @@ func TestHalfCloseGetsReplies(t *testing.T) {
 		t.Fatal("connection not closed after the replies")
 	}
 }
+
+// TestRepliesStayWholeAndInOrderPastAFullSocket: a client that sends a
+// burst and reads nothing for a while fills its socket, so its replies
+// go out first written directly, then in part, then from the queue; once
+// it reads, it gets every reply whole and in request order (id-less
+// requests, with a malformed line every 50th whose error reply has its
+// place), in both framings.
+func TestRepliesStayWholeAndInOrderPastAFullSocket(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("framed=%v", framed), func(t *testing.T) {
+			ts := startServer(t, nil)
+			r := dialRaw(t, ts.path)
+			r.framed = framed
+			const n = 3000
+			go func() {
+				for i := range n {
+					if i%50 == 49 {
+						r.send(`{oops`)
+					} else {
+						r.send(`{"type":"status"}`)
+					}
+				}
+			}()
+			time.Sleep(300 * time.Millisecond) // replies pile up unread
+			for i := range n {
+				m := r.recv()
+				if i%50 == 49 {
+					if m["type"] != "error" || m["code"] != CodeBadRequest {
+						t.Fatalf("reply %d should be the malformed line's error: %v", i, m)
+					}
+				} else if m["type"] != "result" || m["action"] != "status" {
+					t.Fatalf("reply %d should be a status: %v", i, m)
+				}
+			}
+		})
+	}
+}

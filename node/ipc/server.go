@@ -395,6 +395,11 @@ func (s *Server) newConn(nc *net.UnixConn) *conn {
 		drained: make(chan struct{}, 1),
 	}
 	c.q = &fairQ{c: c, idx: -1}
+	c.rc, _ = nc.SyscallConn() // nil on error: replies then all go through the writer
+	c.wattempt = func(fd uintptr) bool {
+		c.wn, c.werr = syscall.Write(int(fd), c.wbuf)
+		return true // never wait: what is left goes to the writer
+	}
 	c.idleSince.Store(time.Now().UnixNano())
 	s.conns[c] = struct{}{}
 	s.clients.Add(1)
@@ -457,7 +462,20 @@ type conn struct {
 	buf    []byte
 	framed bool
 
-	out        chan outMsg
+	out chan outMsg
+	// wmu is held for every write to the socket: by the writer, and by a
+	// worker writing its reply itself (sendNow). queued counts the replies
+	// in out or taken from it and not yet written; a reply is written
+	// directly only while it is 0, so replies go out in the order sent.
+	wmu    sync.Mutex
+	queued atomic.Int64
+	wbuf   []byte          // sendNow's frame, under wmu
+	rc     syscall.RawConn // nc's descriptor, for sendNow's one non-blocking write
+	// wattempt is that write, made once so that a reply allocates no
+	// closure; it writes wbuf and sets wn, werr (all under wmu).
+	wattempt   func(fd uintptr) bool
+	wn         int
+	werr       error
 	dead       chan struct{} // closed when the connection is finished
 	deadOnce   sync.Once
 	readDone   chan struct{} // closed when the reader stops: writer drains then exits
@@ -650,15 +668,91 @@ func (c *conn) drop(reason string) {
 
 // outMsg is one queued message. The listen reply carries the new
 // subscription, so the writer starts on events only after writing it.
+// framed is the rest of a message sendNow wrote in part: already framed.
 type outMsg struct {
 	b      []byte
 	sub    *events.Sub
 	replay *node.Replay
+	framed bool
 }
 
-// send queues one message without ever blocking: a full queue means the
-// client stopped reading, and it is dropped.
-func (c *conn) send(b []byte) bool { return c.enqueue(outMsg{b: b}) }
+// send writes one message, or queues it, without ever blocking: a full
+// queue means the client stopped reading, and it is dropped.
+func (c *conn) send(b []byte) bool {
+	if ok, done := c.sendNow(b); done {
+		return ok
+	}
+	return c.enqueue(outMsg{b: b})
+}
+
+// sendNow writes b at once, from the caller's goroutine, when no reply is
+// queued before it and the writer is not writing: one non-blocking write,
+// which a client that reads takes whole. Handing every reply to the writer
+// goroutine cost a wake-up per request. What the socket does not take goes
+// to the writer as the rest of a framed message, queued before wmu is let
+// go, so nothing overtakes it. done is false when b was not written (the
+// caller queues it).
+func (c *conn) sendNow(b []byte) (ok, done bool) {
+	if c.rc == nil || len(b) > 64<<10 || c.queued.Load() != 0 || !c.wmu.TryLock() {
+		return false, false
+	}
+	if c.queued.Load() != 0 || c.isDead() {
+		c.wmu.Unlock()
+		return false, false
+	}
+	c.wbuf = appendFramed(c.wbuf[:0], b, c.framed)
+	n, err := c.writeNonBlocking()
+	if err != nil {
+		c.wmu.Unlock()
+		c.kill()
+		return false, true
+	}
+	if n < len(c.wbuf) {
+		ok = c.enqueue(outMsg{b: bytes.Clone(c.wbuf[n:]), framed: true})
+	} else {
+		ok = true
+	}
+	if cap(c.wbuf) > 16<<10 {
+		c.wbuf = nil
+	}
+	c.wmu.Unlock()
+	return ok, true
+}
+
+// writeNonBlocking makes one write of wbuf to the socket that does not
+// wait for room: it returns how much the socket took, 0 when it is full.
+// Called with wmu held.
+func (c *conn) writeNonBlocking() (int, error) {
+	c.wn, c.werr = 0, nil
+	err := c.rc.Write(c.wattempt)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The writer's deadline of its last write has passed; this write
+		// never waits, so it needs none.
+		c.nc.SetWriteDeadline(time.Time{})
+		err = c.rc.Write(c.wattempt)
+	}
+	if err == nil {
+		err = c.werr
+	}
+	switch {
+	case err == nil:
+		return c.wn, nil
+	case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) || errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, nil
+	default:
+		return 0, err
+	}
+}
+
+// appendFramed appends b to dst as one message: a length before it on a
+// framed connection, a newline after it on an NDJSON one.
+func appendFramed(dst, b []byte, framed bool) []byte {
+	if framed {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(b)))
+		return append(dst, b...)
+	}
+	return append(append(dst, b...), '\n')
+}
 
 func (c *conn) enqueue(m outMsg) bool {
 	select {
@@ -667,10 +761,12 @@ func (c *conn) enqueue(m outMsg) bool {
 	default:
 	}
 	c.holdReply(len(m.b))
+	c.queued.Add(1)
 	select {
 	case c.out <- m:
 		return true
 	default:
+		c.queued.Add(-1)
 		c.releaseReply(len(m.b))
 		c.drop(fmt.Sprintf("write queue of %d messages is full", cap(c.out)))
 		return false
@@ -684,15 +780,12 @@ func (c *conn) writer() {
 	var writeFrame func() bool
 	var writeBufs func(net.Buffers) bool
 	var frame []byte
-	appendMsg := func(dst, b []byte) []byte {
-		if c.framed {
-			dst = binary.BigEndian.AppendUint32(dst, uint32(len(b)))
-			return append(dst, b...)
-		}
-		return append(append(dst, b...), '\n')
-	}
+	appendMsg := func(dst, b []byte) []byte { return appendFramed(dst, b, c.framed) }
 	var head [4]byte
-	write := func(b []byte) bool {
+	write := func(b []byte, framed bool) bool {
+		if framed {
+			return writeBufs(net.Buffers{b})
+		}
 		if len(b) <= 64<<10 {
 			frame = appendMsg(frame[:0], b)
 			return writeFrame()
@@ -710,6 +803,8 @@ func (c *conn) writer() {
 		return writeBufs(net.Buffers{frame})
 	}
 	writeBufs = func(bufs net.Buffers) bool {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 		if _, err := bufs.WriteTo(c.nc); err != nil {
 			var ne net.Error
@@ -733,7 +828,8 @@ func (c *conn) writer() {
 	var sub *events.Sub
 	var skip uint64
 	writeMsg := func(m outMsg) bool {
-		ok := write(m.b)
+		ok := write(m.b, m.framed)
+		c.queued.Add(-1) // only now: a reply sent meanwhile waits behind m
 		c.releaseReply(len(m.b))
 		if !ok {
 			return false
