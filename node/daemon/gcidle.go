@@ -22,22 +22,25 @@ import (
 // GOGC off already, it does nothing: there is no forced collection to
 // skip.
 //
-// A collection while on means the idle margin was allocated: collected
-// is signalled then. The settings are process-wide, so only a process
-// that runs one daemon and nothing else turns this on (Options.IdleGC).
+// Every collection while on, or while watching after one, signals
+// collected (through a cleanup on a sentinel object, so nothing polls):
+// afterCollection then decides from how long the last one was ago. The
+// settings are process-wide, so only a process that runs one daemon and
+// nothing else turns this on (Options.IdleGC). All methods but the
+// sentinel's cleanup run on the daemon's one trimming goroutine.
 type idleGC struct {
-	// reenterAfter: a collection ends idleness unless the margin lasted
-	// this long (the runtime's forced period: allocating more slowly,
-	// the timer would have collected first). Then idleness starts over
-	// from the new live heap.
+	// reenterAfter: after a collection the daemon is idle (again) if the
+	// last collection was at least this long before: allocating that
+	// slowly, the runtime's timer would collect first (or nearly).
 	reenterAfter time.Duration
 
-	on      bool
-	percent int   // the GOGC to restore
-	limit   int64 // the memory limit to restore
-	since   time.Time
+	on       bool  // GOGC off, the idle limit set
+	watching bool  // a sentinel is out: collections are seen
+	percent  int   // the GOGC to restore
+	limit    int64 // the memory limit to restore
+	since    time.Time
 
-	// gen names the current idle stretch: a sentinel of an earlier one,
+	// gen names the current sentinel: one of an earlier round,
 	// collected late, signals nothing.
 	gen       atomic.Uint64
 	collected chan struct{}
@@ -51,7 +54,9 @@ const forcedGCPeriod = 2 * time.Minute
 const minIdleMargin = 4 << 20
 
 func newIdleGC() *idleGC {
-	return &idleGC{reenterAfter: forcedGCPeriod, collected: make(chan struct{}, 1)}
+	// A tenth short of the period: the forced collection comes a little
+	// after two minutes from the end of the last one, which is seen late.
+	return &idleGC{reenterAfter: forcedGCPeriod * 9 / 10, collected: make(chan struct{}, 1)}
 }
 
 // sentinel is collected by the first collection after it is dropped; it
@@ -75,8 +80,14 @@ func (g *idleGC) enter() {
 		idle = int64(held + margin)
 	}
 	debug.SetMemoryLimit(idle)
-	g.on, g.percent, g.limit, g.since = true, percent, limit, time.Now()
-	// Drained after gen moves on: a late signal of the last stretch is
+	g.on, g.percent, g.limit = true, percent, limit
+	g.watch()
+}
+
+// watch sends out a sentinel: the next collection signals collected.
+func (g *idleGC) watch() {
+	g.watching, g.since = true, time.Now()
+	// Drained after gen moves on: a late signal of the last round is
 	// ignored by its sentinel's gen, one already sent is dropped here.
 	gen := g.gen.Add(1)
 	select {
@@ -93,19 +104,25 @@ func (g *idleGC) enter() {
 	}, gen)
 }
 
-// leave restores the settings enter found (busy from now).
+// leave restores the settings enter found and stops watching (busy from
+// now).
 func (g *idleGC) leave() {
-	if g == nil || !g.on {
+	if g == nil {
 		return
 	}
-	g.gen.Add(1)
-	g.on = false
-	debug.SetGCPercent(g.percent)
-	debug.SetMemoryLimit(g.limit)
+	if g.watching {
+		g.gen.Add(1)
+		g.watching = false
+	}
+	if g.on {
+		g.on = false
+		debug.SetGCPercent(g.percent)
+		debug.SetMemoryLimit(g.limit)
+	}
 }
 
-// collectedWhileIdle is signalled once the idle margin was allocated and
-// collected (nil when off: never).
+// collectedWhileIdle is signalled after a collection while on or
+// watching (nil when off: never).
 func (g *idleGC) collectedWhileIdle() <-chan struct{} {
 	if g == nil {
 		return nil
@@ -113,21 +130,25 @@ func (g *idleGC) collectedWhileIdle() <-chan struct{} {
 	return g.collected
 }
 
-// afterCollection handles collectedWhileIdle: idleness starts over from
-// the new live heap when the margin lasted the runtime's forced period,
-// and ends otherwise (the process allocates too fast for the timer to
-// matter). It reports whether the daemon is idle still.
+// afterCollection handles collectedWhileIdle. A collection while on
+// means the idle margin was allocated: idleness starts over from the new
+// live heap if that took reenterAfter, and otherwise ends (the process
+// allocates too fast for the runtime's timer to matter) with the
+// collections still watched; once they come as slowly again (the timer's
+// own, on a daemon gone quiet after reads), idleness starts over. It
+// reports whether the daemon is idle now.
 func (g *idleGC) afterCollection() bool {
-	if g == nil || !g.on {
+	if g == nil || !g.watching {
 		return false
 	}
-	lasted := time.Since(g.since)
+	slow := time.Since(g.since) >= g.reenterAfter
 	g.leave()
-	if lasted < g.reenterAfter {
-		return false
+	if slow {
+		g.enter() // with GOGC off, neither on nor watching: nothing to wait for
+		return g.on
 	}
-	g.enter()
-	return g.on
+	g.watch()
+	return false
 }
 
 // memHeld is the memory the runtime holds from the system as the memory

@@ -184,6 +184,24 @@ func TestIdleGCCollectsOnceTheMarginIsAllocated(t *testing.T) {
 			if want := map[bool]int64{true: -1, false: 100}[tc.onNext]; p != want {
 				t.Fatalf("GOGC %d after the collection, want %d", p, want)
 			}
+			if tc.onNext {
+				return
+			}
+			// Busy, the collections are still watched: one that comes
+			// as slowly as the runtime's timer makes the daemon idle again.
+			g.reenterAfter = 0
+			runtime.GC()
+			select {
+			case <-g.collectedWhileIdle():
+			case <-time.After(10 * time.Second):
+				t.Fatal("a collection after a fast one was not signalled")
+			}
+			if !g.afterCollection() {
+				t.Fatal("not idle again after a slow collection")
+			}
+			if p, _ := gcSettings(); p != -1 {
+				t.Fatalf("GOGC %d idle again, want -1", p)
+			}
 		})
 	}
 }

@@ -55,7 +55,8 @@ func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity f
 			return
 		case <-idle.collectedWhileIdle():
 			// Allocation, not records (a reader, a peer): the runtime
-			// collected as GOGC would have; idle still unless it was fast.
+			// collected as GOGC would have; idle (again) unless it came
+			// faster than the runtime's timer.
 			idle.afterCollection()
 			continue
 		case <-active:
