@@ -89,6 +89,8 @@ func cmdDaemon(e *env, args []string) error {
 	}
 	return withFix(daemon.Run(e.ctx, daemon.Options{
 		Home: h, Overrides: o, Name: *name, Stderr: e.stderr, Version: version(),
+		// This process is the daemon's alone: its GC settings are too.
+		IdleGC: true,
 	}))
 }
 

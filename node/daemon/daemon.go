@@ -62,6 +62,11 @@ type Options struct {
 	StoreOptions store.Options
 	// IPC tunes the socket; Path, Node, CGP and Logger are set by Run.
 	IPC ipc.Options
+	// IdleGC turns the Go runtime's forced two-minute collection off while
+	// the daemon is idle (no records coming in or authored), restoring
+	// GOGC and GOMEMLIMIT at the first. The settings are the process's:
+	// only a process that runs this one daemon and nothing else sets it.
+	IdleGC bool
 }
 
 // Overrides hold the settings given as flags; nil or empty means "not
@@ -328,10 +333,14 @@ func Run(ctx context.Context, opts Options) error {
 		defer close(pruned)
 		pruneRoster(bg, n, cfg.Admission.RosterIdleTTL.Duration, log)
 	}()
+	var idle *idleGC
+	if opts.IdleGC {
+		idle = newIdleGC()
+	}
 	trimmed := make(chan struct{})
 	go func() {
 		defer close(trimmed)
-		trimAfterBursts(bg, n)
+		trimAfterBursts(bg, n, idle)
 	}()
 
 	log.Info("ready", "socket", sock, "nodeId", id.NodeID, "name", id.Name, "group", cfg.Group, "private", !cfg.Public, "home", home, "cmbs", n.Status().CMBs)

@@ -25,23 +25,27 @@ const (
 // collection. It costs one collection per burst; between bursts it waits
 // for the next record and never wakes. The start-up is a burst too (the
 // text index built from the stored records leaves about as much garbage
-// as it keeps): it is trimmed once loading ends, so that the runtime's
-// forced collection on an idle daemon does not inherit it.
-func trimAfterBursts(ctx context.Context, n *node.Node) {
+// as it keeps): it is trimmed once loading ends. Between bursts the
+// daemon is idle: with idle set, the runtime's forced collection is off
+// then (idleGC).
+func trimAfterBursts(ctx context.Context, n *node.Node, idle *idleGC) {
 	afterBursts(ctx, n.Loaded(), n.Active(), func() int64 { return n.Counters.Authored.Load() + n.Counters.Received.Load() },
-		trimEvery, debug.FreeOSMemory)
+		trimEvery, debug.FreeOSMemory, idle)
 }
 
 // afterBursts calls trim once loaded is closed, then once per burst of
 // activity: once active has signalled and activity() then stays the same
-// for trimQuiet looks, every look apart.
-func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity func() int64, every time.Duration, trim func()) {
+// for trimQuiet looks, every look apart. From each trim to the next
+// signal the daemon is idle (idle.enter, idle.leave; idle may be nil).
+func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity func() int64, every time.Duration, trim func(), idle *idleGC) {
+	defer idle.leave()
 	select {
 	case <-ctx.Done():
 		return
 	case <-loaded:
 		trim()
 	}
+	idle.enter()
 	t := time.NewTicker(every)
 	t.Stop()
 	defer t.Stop()
@@ -49,8 +53,15 @@ func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity f
 		select {
 		case <-ctx.Done():
 			return
+		case <-idle.collectedWhileIdle():
+			// Allocation, not records (a reader, a peer): the runtime
+			// collected as GOGC would have; idle (again) unless it came
+			// faster than the runtime's timer.
+			idle.afterCollection()
+			continue
 		case <-active:
 		}
+		idle.leave()
 		t.Reset(every)
 		last := activity()
 		for quiet := 0; quiet < trimQuiet; {
@@ -75,5 +86,6 @@ func afterBursts(ctx context.Context, loaded, active <-chan struct{}, activity f
 		}
 		t.Stop()
 		trim()
+		idle.enter()
 	}
 }

@@ -29,7 +29,7 @@ func TestAfterBurstsTrimsOncePerBurst(t *testing.T) {
 	loaded := make(chan struct{})
 	go func() {
 		defer close(done)
-		afterBursts(ctx, loaded, active, activity, time.Millisecond, func() { trims.Add(1); trimmed <- struct{}{} })
+		afterBursts(ctx, loaded, active, activity, time.Millisecond, func() { trims.Add(1); trimmed <- struct{}{} }, nil)
 	}()
 	time.Sleep(20 * time.Millisecond)
 	if n := trims.Load(); n != 0 {

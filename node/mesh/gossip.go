@@ -35,8 +35,16 @@ const (
 	gossipThreshold   = -100
 	publishThreshold  = -500
 	graylistThreshold = -1000
-	// scoreInspectPeriod is how often the scores shown in Stats are refreshed.
-	scoreInspectPeriod = time.Second
+	// scoreInterval is how often GossipSub's scorer decays the counters
+	// (DecayInterval) and how often the scores shown in Stats are
+	// refreshed: one wake-up of the scorer each. Decisions use live
+	// scores, so a faulty peer sinks as fast whatever it is; only a
+	// score's recovery moves in these steps. pubsub's default, 1 s, woke
+	// an idle daemon every second for nothing.
+	scoreInterval = 5 * time.Second
+	// scoreDecayToZero is where a decaying counter counts as zero
+	// (pubsub's default).
+	scoreDecayToZero = 0.01
 	// invalidWeight scores a peer -10·n² for n records of its rejected on the
 	// topic (n decaying): 4 put it below the gossip threshold, 8 below the
 	// publish threshold, 11 below the graylist. A single rejection already
@@ -67,7 +75,7 @@ func topicScoreParams() *pubsub.TopicScoreParams {
 		// for every mesh peer whatever the weight: zero would panic.
 		TimeInMeshQuantum:              time.Second,
 		InvalidMessageDeliveriesWeight: invalidWeight,
-		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(invalidDecay),
+		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecayWithBase(invalidDecay, scoreInterval, scoreDecayToZero),
 	}
 }
 
@@ -108,8 +116,8 @@ func (m *Mesh) startGossip() error {
 				return unadmittedScore
 			},
 			AppSpecificWeight: 1,
-			DecayInterval:     time.Second,
-			DecayToZero:       0.01,
+			DecayInterval:     scoreInterval,
+			DecayToZero:       scoreDecayToZero,
 		}, &pubsub.PeerScoreThresholds{
 			SkipAtomicValidation: true,
 			GossipThreshold:      gossipThreshold,
@@ -117,7 +125,7 @@ func (m *Mesh) startGossip() error {
 			GraylistThreshold:    graylistThreshold,
 		}),
 		// Must follow WithPeerScore, which creates the scorer it inspects.
-		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInspectPeriod),
+		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInterval),
 		pubsub.WithValidateQueueSize(validateQueue),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+groupkey.Overhead+64<<10),

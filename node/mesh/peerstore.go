@@ -57,12 +57,15 @@ type knownPeers struct {
 	mu    sync.Mutex
 	peers map[string]knownPeer
 	dirty bool
+	// seen is signalled by saw (coalescing): what wakes the save loop
+	// once it sleeps for want of sessions.
+	seen chan struct{}
 }
 
 // loadKnown reads the peerstore; a missing file is an empty one, and an
 // unreadable one is logged and replaced (it holds hints, not state).
 func loadKnown(path string, log *slog.Logger) *knownPeers {
-	k := &knownPeers{path: path, log: log, peers: map[string]knownPeer{}}
+	k := &knownPeers{path: path, log: log, peers: map[string]knownPeer{}, seen: make(chan struct{}, 1)}
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -139,6 +142,10 @@ func (k *knownPeers) saw(pid peer.ID, nodeID string, addrs []ma.Multiaddr) {
 	k.trim()
 	k.dirty = true
 	k.mu.Unlock()
+	select {
+	case k.seen <- struct{}{}:
+	default:
+	}
 }
 
 // trim keeps the knownMax most recently seen; k.mu held (or k unshared).
@@ -185,7 +192,9 @@ func (k *knownPeers) save() error {
 
 // saveKnownLoop refreshes the admitted peers' entries (identify may have
 // taught us more of their addresses since they were admitted) and writes
-// the file every knownSaveIval when it changed.
+// the file every knownSaveIval when it changed. With no session nothing
+// changes it until a peer is admitted (saw): the loop sleeps until then
+// rather than wake an idle daemon every knownSaveIval.
 func (m *Mesh) saveKnownLoop(ctx context.Context) {
 	t := time.NewTicker(knownSaveIval)
 	defer t.Stop()
@@ -194,13 +203,26 @@ func (m *Mesh) saveKnownLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return // Close saves once more
 		case <-t.C:
-			for _, ss := range m.sessions("") {
-				m.remember(ss)
-			}
-			if err := m.known.save(); err != nil {
-				m.log.Warn("could not save the peerstore", "file", m.known.path, "err", err)
-			}
 		}
+		ss := m.sessions("")
+		for _, s := range ss {
+			m.remember(s)
+		}
+		err := m.known.save()
+		if err != nil {
+			m.log.Warn("could not save the peerstore", "file", m.known.path, "err", err)
+		}
+		if len(ss) > 0 || err != nil { // a failed write is tried again
+			continue
+		}
+		// A peer admitted since sessions() was read has signalled seen.
+		t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.known.seen:
+		}
+		t.Reset(knownSaveIval)
 	}
 }
 

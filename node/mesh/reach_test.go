@@ -157,6 +157,24 @@ func TestPeerstoreRedial(t *testing.T) {
 	}
 }
 
+// TestPeerstoreSavedWhileRunning: a member with no peer lets its save
+// loop sleep; a peer admitted later wakes it, and the file lists the peer
+// while the member runs, not only once it stops.
+func TestPeerstoreSavedWhileRunning(t *testing.T) {
+	home := t.TempDir()
+	path := filepath.Join(home, mesh.PeerstoreFile)
+	a := newMemberIn(t, home, "lab", "a", testKeys(t, "lab"), func(c *mesh.Config) { c.PeerstorePath = path })
+	a.start(nil)
+	// Past the loop's first look, which finds no session and sleeps.
+	time.Sleep(6 * time.Second)
+	b := newMember(t, "lab", "b", []*member{a}, nil)
+	waitPeers(t, 1, a)
+	eventually(t, 30*time.Second, "a's peerstore lists b", func() bool {
+		f, err := os.ReadFile(path)
+		return err == nil && strings.Contains(string(f), b.m.PeerID())
+	})
+}
+
 // TestPortTaken: a fixed port another socket holds is refused with a
 // PortInUseError (libp2p's SO_REUSEPORT would share it silently), or
 // with ListenFallback replaced by a random port.

@@ -115,7 +115,7 @@ func (r *reasonCounts) snapshot() map[string]int64 {
 }
 
 // peerScores is the latest snapshot of GossipSub's peer scores, taken by
-// its score inspector every scoreInspectPeriod. It is for reporting only:
+// its score inspector every scoreInterval. It is for reporting only:
 // GossipSub decides with its live scores, never with this copy.
 type peerScores struct {
 	mu     sync.Mutex
@@ -150,7 +150,7 @@ func (s *peerScores) below(threshold float64) int {
 }
 
 // GossipScore returns a peer's GossipSub score as of the last inspection
-// (at most a second old), and whether the scorer tracks that peer.
+// (at most scoreInterval old), and whether the scorer tracks that peer.
 func (m *Mesh) GossipScore(peerID string) (float64, bool) {
 	pid, err := peer.Decode(peerID)
 	if err != nil {
