@@ -152,6 +152,14 @@ func (g *simGroup) restart(mb *member) {
 	g.boot[mb] = boot
 }
 
+// restartTo brings a stopped member back on a fresh address, bootstrapped
+// to boot.
+func (g *simGroup) restartTo(mb *member, boot []*member) {
+	mb.tune = with(g.tune, g.transport())
+	mb.start(boot)
+	g.boot[mb] = boot
+}
+
 // running are the members whose mesh is up.
 func (g *simGroup) running() []*member {
 	var out []*member
