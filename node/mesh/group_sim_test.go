@@ -193,7 +193,10 @@ func importMissed(t *testing.T, g *simGroup, missed, k, fieldBytes, want int, pr
 		a.n.AttachMesh(a.m)
 	}
 	progress(fmt.Sprintf("%d missed CMBs written on %d authors, not gossiped", missed, len(authors)))
-	for _, a := range authors {
+	for ai, a := range authors {
+		if ai > 0 {
+			progress(fmt.Sprintf("the missed CMBs of %d authors imported", ai))
+		}
 		q := node.ExportQuery{Since: since, Author: a.id}
 		for {
 			page, err := a.n.Export(ctx, q)
