@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -21,6 +22,10 @@ func UseTransport(c *Config, opts ...libp2p.Option) { c.transport = opts }
 // DisableFloodPublish makes the mesh started from c publish its records to
 // its GossipSub mesh peers only.
 func DisableFloodPublish(c *Config) { c.noFloodPublish = true }
+
+// TuneGossipSub makes the mesh started from c run GossipSub with the
+// router parameters f makes of go-libp2p-pubsub's defaults.
+func TuneGossipSub(c *Config, f func(*pubsub.GossipSubParams)) { c.gossipParams = f }
 
 // MDNSFound hands m an mDNS answer, as the LAN discovery service does.
 func MDNSFound(m *Mesh, ai peer.AddrInfo) { mdnsNotifee{m}.HandlePeerFound(ai) }

@@ -79,6 +79,17 @@ func topicScoreParams() *pubsub.TopicScoreParams {
 	}
 }
 
+// gossipParams are GossipSub's router parameters: go-libp2p-pubsub's
+// defaults (D = 6, heartbeat 1 s, IDONTWANT for messages of 1 KiB and
+// more); docs/mesh.md's group figures are why they are kept.
+func (m *Mesh) gossipParams() pubsub.GossipSubParams {
+	p := pubsub.DefaultGossipSubParams()
+	if m.cfg.gossipParams != nil {
+		m.cfg.gossipParams(&p)
+	}
+	return p
+}
+
 func (m *Mesh) startGossip() error {
 	// A private group's topic is named by its tag, not its name.
 	topicName := m.topicName
@@ -105,6 +116,7 @@ func (m *Mesh) startGossip() error {
 		// graylist, so their subscriptions are still heard), and the topic's
 		// invalid-message one sinks a member whose records we reject.
 		pubsub.WithFloodPublish(!m.cfg.noFloodPublish),
+		pubsub.WithGossipSubParams(m.gossipParams()),
 		pubsub.WithPeerScore(&pubsub.PeerScoreParams{
 			SkipAtomicValidation: true,
 			Topics:               map[string]*pubsub.TopicScoreParams{topicName: topicScoreParams()},

@@ -172,6 +172,10 @@ type Config struct {
 	// noFloodPublish publishes our records to the GossipSub mesh only
 	// (measured against flood publishing by the group simulation).
 	noFloodPublish bool
+	// gossipParams, when set, adjusts GossipSub's router parameters from
+	// go-libp2p-pubsub's defaults (mesh degree, IDONTWANT threshold),
+	// for the group simulation to measure them.
+	gossipParams func(*pubsub.GossipSubParams)
 	// transport, when set, replaces the listen addresses and the TCP and
 	// QUIC transports (a simulated network); ports are then not probed.
 	transport []libp2p.Option

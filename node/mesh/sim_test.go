@@ -35,7 +35,9 @@ type simGroup struct {
 	// the one given to every slowEvery-th address (0: none).
 	link, slow int
 	slowEvery  int
-	tune       func(*mesh.Config)
+	// catchUp is every member's CatchUpInterval (0: the daemon's).
+	catchUp time.Duration
+	tune    func(*mesh.Config)
 	// boot are the members each member was bootstrapped to (last start).
 	boot map[*member][]*member
 }
@@ -46,13 +48,15 @@ type simOptions struct {
 	minLatency, maxLatency time.Duration
 	linkBits, slowBits     int
 	slowEvery              int
-	tune                   func(*mesh.Config)
+	// catchUp is every member's CatchUpInterval (0: the daemon's 60 s).
+	catchUp time.Duration
+	tune    func(*mesh.Config)
 }
 
 // newSimGroup starts the simulated network; members are added with add.
 // It must be called inside a synctest bubble.
 func newSimGroup(t testing.TB, o simOptions) *simGroup {
-	g := &simGroup{t: t, rng: rand.New(rand.NewPCG(1, 2)), link: o.linkBits, slow: o.slowBits, slowEvery: o.slowEvery, tune: o.tune, boot: map[*member][]*member{}}
+	g := &simGroup{t: t, rng: rand.New(rand.NewPCG(1, 2)), link: o.linkBits, slow: o.slowBits, slowEvery: o.slowEvery, catchUp: o.catchUp, tune: o.tune, boot: map[*member][]*member{}}
 	if g.tune == nil {
 		g.tune = func(*mesh.Config) {}
 	}
@@ -103,6 +107,9 @@ func (g *simGroup) transport() func(*mesh.Config) {
 		// A daemon's period, not the 3 s of the small-group tests: with
 		// 99 peers each round is 99 reconciliations and peer-info frames.
 		c.CatchUpInterval = mesh.DefaultConfig().CatchUpInterval
+		if g.catchUp > 0 {
+			c.CatchUpInterval = g.catchUp
+		}
 		// The daemon's 5 s, not the 200 ms the key-rotation tests need:
 		// each reload reads the home's secrets from disk, real work that a
 		// thousand members would do 5,000 times per simulated second.
@@ -147,6 +154,14 @@ func (g *simGroup) restart(mb *member) {
 			}
 		}
 	}
+	mb.tune = with(g.tune, g.transport())
+	mb.start(boot)
+	g.boot[mb] = boot
+}
+
+// restartTo brings a stopped member back on a fresh address, bootstrapped
+// to boot.
+func (g *simGroup) restartTo(mb *member, boot []*member) {
 	mb.tune = with(g.tune, g.transport())
 	mb.start(boot)
 	g.boot[mb] = boot
