@@ -210,7 +210,6 @@ func Join(home, name string, id ID, e Epoch, replace bool) (added bool, err erro
 // Load builds the keyring for group name from home's secret files. Reload
 // later picks up epochs added since (a rotation, a join).
 func Load(home, name string, o Options) (*Keyring, error) {
-	seen := statDir(Dir(home, name))
 	g, err := LoadGroup(home, name)
 	if err != nil {
 		return nil, err
@@ -220,55 +219,14 @@ func Load(home, name string, o Options) (*Keyring, error) {
 		return nil, err
 	}
 	k.home = home
-	k.read = seen
 	return k, nil
-}
-
-// dirRead is a secrets directory as it was when its files were read: the
-// directory itself and its modification time, and when the reading began.
-type dirRead struct {
-	fi os.FileInfo // nil: not read whole, or not statable
-	at time.Time
-}
-
-// racyWindow is how long after a directory's modification time a read
-// may have missed a change that left that time as it was (file systems
-// keep it in ticks of up to 2 s).
-const racyWindow = 2 * time.Second
-
-func statDir(dir string) dirRead {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return dirRead{}
-	}
-	return dirRead{fi: fi, at: time.Now()}
-}
-
-// unchangedSince reports whether dir is still what r read: the same
-// directory, not modified since, and read more than racyWindow after its
-// last modification. Secret files are only ever linked or renamed into
-// the directory once written (secretfile.WriteNew), and that moves its
-// modification time: unchanged, so are the files.
-func (r dirRead) unchangedSince(now dirRead) bool {
-	return r.fi != nil && now.fi != nil && os.SameFile(r.fi, now.fi) &&
-		r.fi.ModTime().Equal(now.fi.ModTime()) && r.at.Sub(r.fi.ModTime()) > racyWindow
 }
 
 // Reload reads the home's secret files again and adds the epochs not yet
 // held. It returns the epochs added. A keyring built in memory has nothing
 // to reload. Files of another group id are an error and change nothing.
-// While the secrets directory is as the last whole read found it, nothing
-// is read: the daemon reloads every few seconds, and reading and parsing
-// every epoch's file each time was the largest part of an idle daemon's
-// own work.
 func (k *Keyring) Reload() ([]uint32, error) {
 	if k.home == "" {
-		return nil, nil
-	}
-	k.readMu.Lock()
-	defer k.readMu.Unlock()
-	seen := statDir(Dir(k.home, k.name))
-	if k.read.unchangedSince(seen) {
 		return nil, nil
 	}
 	g, err := LoadGroup(k.home, k.name)
@@ -282,7 +240,6 @@ func (k *Keyring) Reload() ([]uint32, error) {
 	if err := k.AddEpochs(g.Epochs...); err != nil {
 		return nil, err
 	}
-	k.read = seen
 	var added []uint32
 	for _, n := range k.Epochs() {
 		if !containsEpoch(before, n) {

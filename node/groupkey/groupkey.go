@@ -158,11 +158,6 @@ type Keyring struct {
 
 	mu     sync.RWMutex
 	epochs []*epochKeys // ascending by n, never empty
-
-	// read is the secrets directory as Reload last read it whole (Reload
-	// holds readMu).
-	readMu sync.Mutex
-	read   dirRead
 }
 
 // New builds a keyring from g.

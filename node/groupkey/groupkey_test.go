@@ -240,51 +240,6 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-// Reload reads the files only when the directory changed since it last
-// read them whole: a file made unreadable in place goes unnoticed, an
-// epoch added is picked up, and a directory changed too recently to tell
-// is read again.
-func TestReloadReadsOnlyAChangedDirectory(t *testing.T) {
-	home := t.TempDir()
-	if _, err := Create(home, "alpha", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	dir := Dir(home, "alpha")
-	old := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(dir, old, old); err != nil {
-		t.Fatal(err)
-	}
-	k, err := Load(home, "alpha", Options{Grace: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Reading 1.key now would fail: it is open to others.
-	key1 := filepath.Join(dir, "1.key")
-	if err := os.Chmod(key1, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if added, err := k.Reload(); err != nil || len(added) != 0 {
-		t.Fatalf("reload of an unchanged directory: %v %v, want nothing read", added, err)
-	}
-	if err := os.Chmod(key1, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := Rotate(home, "alpha", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if added, err := k.Reload(); err != nil || len(added) != 1 || added[0] != 2 {
-		t.Fatalf("reload after a rotation: %v %v, want epoch 2", added, err)
-	}
-	// Changed just now: read again each time, until the change is old
-	// enough that the modification time tells.
-	if err := os.Chmod(key1, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := k.Reload(); err == nil {
-		t.Fatal("a directory changed just now was not read again")
-	}
-}
-
 func TestInvite(t *testing.T) {
 	g := newGroup(t, "alpha")
 	inv := Invite{Group: "alpha", ID: g.ID, Epoch: g.Epochs[0], Addrs: []string{"/ip4/192.0.2.1/tcp/4001/p2p/12D3KooWabc"}}
