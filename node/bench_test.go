@@ -46,24 +46,8 @@ func BenchmarkReceiveFresh(b *testing.B) { benchReceive(b, time.Now().UnixMilli(
 // benchReceive receives b.N records whose createdAt run from first, 1 ms apart.
 func benchReceive(b *testing.B, first int64) {
 	ctx := context.Background()
-	home := b.TempDir()
-	aliceID, err := identity.Create(home, "alice", rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bobHome := b.TempDir()
-	bobID, err := identity.Create(bobHome, "bob", rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bob.Close()
-	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
-		b.Fatal(err)
-	}
+	aliceID, bob := receivingPair(ctx, b)
+	var err error
 	recs := make([]*cmb.Record, b.N)
 	r := mrand.New(mrand.NewSource(1))
 	vocab := benchtext.Vocab(r, 4096)
@@ -128,4 +112,29 @@ func benchReceive(b *testing.B, first int64) {
 	b.ReportMetric(float64(bare.Nanoseconds())/1000, "µs/bare-verify")
 	b.ReportMetric(float64(after.Commits-before.Commits)*1000/float64(b.N), "commits/1000-records")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "records/s")
+}
+
+// receivingPair is alice's identity and bob's node, open on a home of its
+// own in group alpha with alice's keys pinned: bob receives what alice
+// signs.
+func receivingPair(ctx context.Context, b *testing.B) (*identity.Identity, *Node) {
+	b.Helper()
+	aliceID, err := identity.Create(b.TempDir(), "alice", rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bobHome := b.TempDir()
+	bobID, err := identity.Create(bobHome, "bob", rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bob.Close() })
+	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
+		b.Fatal(err)
+	}
+	return aliceID, bob
 }

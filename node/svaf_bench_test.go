@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	mrand "math/rand"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/internal/benchtext"
 	"github.com/cmbnode/cmbnode/node/embed"
-	"github.com/cmbnode/cmbnode/node/identity"
 )
 
 // standardFields are n standard records' fields (BenchmarkReceive's):
@@ -36,23 +34,8 @@ func standardFields(n int) []cmb.Fields {
 // and its noise; it reports the process CPU per judgement.
 func BenchmarkJudge(b *testing.B) {
 	ctx := context.Background()
-	aliceID, err := identity.Create(b.TempDir(), "alice", rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bobHome := b.TempDir()
-	bobID, err := identity.Create(bobHome, "bob", rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bob.Close()
-	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
-		b.Fatal(err)
-	}
+	aliceID, bob := receivingPair(ctx, b)
+	var err error
 	src := Source{PeerID: "peer-alice", NodeID: aliceID.NodeID, AuthorKey: aliceID.PublicKeyB64(), AuthorE2E: aliceID.E2EPublicKeyDER(), Via: "bench"}
 	const stored, judged = 3000, 256
 	fields := standardFields(stored + judged)

@@ -3,13 +3,11 @@ package node
 import (
 	"context"
 	mrand "math/rand"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/internal/benchtext"
-	"github.com/cmbnode/cmbnode/node/identity"
 	"github.com/cmbnode/cmbnode/node/svaf"
 	"github.com/cmbnode/cmbnode/store"
 )
@@ -23,20 +21,7 @@ import (
 // for a node that was offline.
 func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 	ctx := context.Background()
-	seeded := func(seed uint64) *rand.ChaCha8 {
-		var s [32]byte
-		s[0] = byte(seed)
-		return rand.NewChaCha8(s)
-	}
-	aliceID, err := identity.Create(t.TempDir(), "alice", seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bobHome := t.TempDir()
-	bobID, err := identity.Create(bobHome, "bob", seeded(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	aliceID, bobHome, bobID := seededIdentities(t)
 	clock := time.UnixMilli(1_751_000_000_000)
 	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID, Now: func() time.Time { return clock }})
 	if err != nil {

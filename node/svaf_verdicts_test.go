@@ -38,20 +38,7 @@ func TestSVAFVerdictsUnchanged(t *testing.T) {
 		t.Skip("3,000 records")
 	}
 	ctx := context.Background()
-	seeded := func(seed uint64) *rand.ChaCha8 {
-		var s [32]byte
-		s[0] = byte(seed)
-		return rand.NewChaCha8(s)
-	}
-	aliceID, err := identity.Create(t.TempDir(), "alice", seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bobHome := t.TempDir()
-	bobID, err := identity.Create(bobHome, "bob", seeded(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	aliceID, bobHome, bobID := seededIdentities(t)
 	base := time.UnixMilli(1_751_000_000_000)
 	var tick atomic.Int64
 	now := func() time.Time { return base.Add(time.Duration(tick.Load()) * 37 * time.Second) }
@@ -140,4 +127,26 @@ func TestSVAFVerdictsUnchanged(t *testing.T) {
 	if got != svafVerdictsDigest {
 		t.Fatalf("verdicts digest %s, want %s (%v)", got, svafVerdictsDigest, counts)
 	}
+}
+
+// seededIdentities are alice's identity and bob's, in bob's home, made
+// from fixed seeds so that the records built from them, and so the
+// verdicts, are the same on every run.
+func seededIdentities(t testing.TB) (alice *identity.Identity, bobHome string, bob *identity.Identity) {
+	t.Helper()
+	seeded := func(seed uint64) *rand.ChaCha8 {
+		var s [32]byte
+		s[0] = byte(seed)
+		return rand.NewChaCha8(s)
+	}
+	alice, err := identity.Create(t.TempDir(), "alice", seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobHome = t.TempDir()
+	bob, err = identity.Create(bobHome, "bob", seeded(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return alice, bobHome, bob
 }
