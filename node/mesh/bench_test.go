@@ -59,12 +59,15 @@ func paced(b *testing.B, src *member, count int, rate float64) (map[string]time.
 	return sent, &mu
 }
 
+// arrival is one member's acceptance of a record: when, from which
+// member (the deliverer's node ID) and by which path (gossip, fetch,
+// catch-up).
 type arrival struct {
-	key string
-	at  time.Time
+	key, source, via string
+	at               time.Time
 }
 
-// watch records when each receiver accepted each key.
+// watch records when, from whom and how each receiver accepted each key.
 func watch(ms []*member) (stop func() [][]arrival) {
 	var wg sync.WaitGroup
 	out := make([][]arrival, len(ms))
@@ -77,7 +80,8 @@ func watch(ms []*member) (stop func() [][]arrival) {
 				select {
 				case e := <-sub.C:
 					if e.Name == events.CMBAccepted {
-						out[i] = append(out[i], arrival{e.Data.(node.AcceptedEvent).Key, time.Now()})
+						a := e.Data.(node.AcceptedEvent)
+						out[i] = append(out[i], arrival{key: a.Key, source: a.Source, via: a.Via, at: time.Now()})
 					}
 				case <-done:
 					return

@@ -163,7 +163,7 @@ func runGroupSim(t *testing.T, o simRun, wallNow func() time.Time) simFigures {
 
 	dup0 := groupDups(g.ms)
 	before := snapshotMembers(g.ms)
-	stop := watchFrom(g.ms)
+	stop := watch(g.ms)
 	sent := map[string]time.Time{}
 	author := map[string]int{}
 	const count = 100

@@ -6,47 +6,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node"
-	"github.com/cmbnode/cmbnode/node/events"
 )
-
-// simArrival is one member's acceptance of a record: when, from which
-// member (the deliverer's node ID) and by which path (gossip, fetch,
-// catch-up).
-type simArrival struct {
-	key, source, via string
-	at               time.Time
-}
-
-// watchFrom is watch with the deliverer and the path of each arrival.
-func watchFrom(ms []*member) (stop func() [][]simArrival) {
-	var wg sync.WaitGroup
-	out := make([][]simArrival, len(ms))
-	done := make(chan struct{})
-	for i, mb := range ms {
-		sub := mb.n.Events().Subscribe(1 << 17)
-		wg.Go(func() {
-			defer sub.Close()
-			for {
-				select {
-				case e := <-sub.C:
-					if e.Name == events.CMBAccepted {
-						a := e.Data.(node.AcceptedEvent)
-						out[i] = append(out[i], simArrival{key: a.Key, source: a.Source, via: a.Via, at: time.Now()})
-					}
-				case <-done:
-					return
-				}
-			}
-		})
-	}
-	return func() [][]simArrival { close(done); wg.Wait(); return out }
-}
 
 // memberState is what a member's mesh and node said at one moment.
 type memberState struct {
@@ -72,7 +37,7 @@ type lateArrival struct {
 	member, author int
 	key            string
 	after          time.Duration
-	via            simArrival
+	via            arrival
 }
 
 // slowLink says whether member i (by its first address) is on a slow link.
