@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/embed/embedtest"
 	"github.com/cmbnode/cmbnode/node/events"
 	"github.com/cmbnode/cmbnode/node/identity"
 	"github.com/cmbnode/cmbnode/node/svaf"
@@ -247,8 +247,7 @@ func fakeEncoderWith(t *testing.T, topics [][]string, k fakeKnobs) *httptest.Ser
 			return
 		}
 		// The body read in full, the server notices the client giving up.
-		var req struct{ Input []string }
-		json.NewDecoder(r.Body).Decode(&req)
+		inputs, _ := embedtest.Inputs(r)
 		io.Copy(io.Discard, r.Body)
 		for k.hang != nil && k.hang.Load() {
 			select {
@@ -260,14 +259,7 @@ func fakeEncoderWith(t *testing.T, topics [][]string, k fakeKnobs) *httptest.Ser
 		if k.calls != nil {
 			k.calls.Add(1)
 		}
-		type datum struct {
-			Index     int       `json:"index"`
-			Embedding []float32 `json:"embedding"`
-		}
-		var out struct {
-			Data []datum `json:"data"`
-		}
-		for i, in := range req.Input {
+		embedtest.Reply(w, inputs, func(in string) []float32 {
 			v := make([]float32, len(topics)+1)
 			v[len(topics)] = 0.1
 			for j, words := range topics {
@@ -277,9 +269,8 @@ func fakeEncoderWith(t *testing.T, topics [][]string, k fakeKnobs) *httptest.Ser
 					}
 				}
 			}
-			out.Data = append(out.Data, datum{Index: i, Embedding: v})
-		}
-		json.NewEncoder(w).Encode(out)
+			return v
+		})
 	}))
 	t.Cleanup(srv.Close)
 	if k.hang != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cmbnode/cmbnode/node/cgp/cgptest"
+	"github.com/cmbnode/cmbnode/node/embed/embedtest"
 	"github.com/cmbnode/cmbnode/node/ipc"
 )
 
@@ -129,25 +129,10 @@ func TestCGPConformance(t *testing.T) {
 // reports the encoder.
 func TestCGPShimDeclaresDaemonKernel(t *testing.T) {
 	const dim = 8
-	enc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Input []string }
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		type datum struct {
-			Index     int       `json:"index"`
-			Embedding []float32 `json:"embedding"`
-		}
-		var out struct {
-			Data []datum `json:"data"`
-		}
-		for i, in := range req.Input {
-			v := make([]float32, dim)
-			v[0], v[1+len(in)%(dim-1)] = 1, float32(len(in))
-			out.Data = append(out.Data, datum{Index: i, Embedding: v})
-		}
-		json.NewEncoder(w).Encode(out)
+	enc := httptest.NewServer(embedtest.Handler(func(in string) []float32 {
+		v := make([]float32, dim)
+		v[0], v[1+len(in)%(dim-1)] = 1, float32(len(in))
+		return v
 	}))
 	defer enc.Close()
 	home := filepath.Join(t.TempDir(), "home")

@@ -3,10 +3,8 @@ package cgpnode
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/cmbnode/cmbnode/node"
 	"github.com/cmbnode/cmbnode/node/cgp"
 	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/node/embed/embedtest"
 	"github.com/cmbnode/cmbnode/node/identity"
 )
 
@@ -113,26 +112,14 @@ func TestCGPHidesHiddenMembers(t *testing.T) {
 // without an encoder refuses every embedding.
 func TestCGPQueryEmbedding(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Input []string }
-		json.NewDecoder(r.Body).Decode(&req)
-		type datum struct {
-			Index     int       `json:"index"`
-			Embedding []float32 `json:"embedding"`
+	srv := httptest.NewServer(embedtest.Handler(func(in string) []float32 {
+		v := []float32{0, 0, 0.1}
+		if strings.Contains(in, "kitten") {
+			v[0] = 1
+		} else {
+			v[1] = 1
 		}
-		var out struct {
-			Data []datum `json:"data"`
-		}
-		for i, in := range req.Input {
-			v := []float32{0, 0, 0.1}
-			if strings.Contains(in, "kitten") {
-				v[0] = 1
-			} else {
-				v[1] = 1
-			}
-			out.Data = append(out.Data, datum{Index: i, Embedding: v})
-		}
-		json.NewEncoder(w).Encode(out)
+		return v
 	}))
 	defer srv.Close()
 	enc, err := embed.NewHTTP(embed.HTTPOptions{URL: srv.URL + "/v1", Model: "fake", Dim: 3, Retries: -1, Timeout: 5 * time.Second})
