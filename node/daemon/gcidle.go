@@ -12,7 +12,8 @@ import (
 // is idle. The runtime collects at least every two minutes
 // (forcegcperiod), allocation or not, unless GOGC is off; on an idle
 // daemon that collection finds nothing to free and marks the whole live
-// heap (the text index) for nothing: it was half an idle daemon's CPU.
+// heap (the text index) for nothing, the largest single cost of an idle
+// daemon.
 //
 // While on, GOGC is off and the memory limit is what the process holds
 // now plus the growth GOGC would allow (the live heap × GOGC/100), so
