@@ -67,19 +67,10 @@ func TestNearCopiesFound(t *testing.T) {
 
 func nearCopies(t *testing.T, numbered bool) {
 	ctx := context.Background()
-	aliceID, bobHome, bobID := seededIdentities(t)
 	base := time.UnixMilli(1_751_000_000_000)
 	var ms atomic.Int64
 	now := func() time.Time { return base.Add(time.Duration(ms.Load()) * time.Millisecond) }
-	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
-		t.Fatal(err)
-	}
-	src := Source{PeerID: "p", NodeID: aliceID.NodeID, AuthorKey: aliceID.PublicKeyB64(), AuthorE2E: aliceID.E2EPublicKeyDER(), Via: "test"}
+	aliceID, bob, src := seededReceiver(t, now)
 	r := mrand.New(mrand.NewSource(11))
 	vocab := benchtext.Vocab(r, 4096)
 	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))

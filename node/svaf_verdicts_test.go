@@ -38,18 +38,10 @@ func TestSVAFVerdictsUnchanged(t *testing.T) {
 		t.Skip("3,000 records")
 	}
 	ctx := context.Background()
-	aliceID, bobHome, bobID := seededIdentities(t)
 	base := time.UnixMilli(1_751_000_000_000)
 	var tick atomic.Int64
 	now := func() time.Time { return base.Add(time.Duration(tick.Load()) * 37 * time.Second) }
-	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	if err := bob.PinPeer(ctx, aliceID.NodeID, aliceID.PublicKey(), aliceID.X25519.PublicKey().Bytes(), "alice"); err != nil {
-		t.Fatal(err)
-	}
+	aliceID, bob, src := seededReceiver(t, now)
 	r := mrand.New(mrand.NewSource(7))
 	vocab := benchtext.Vocab(r, 600)
 	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
@@ -57,7 +49,6 @@ func TestSVAFVerdictsUnchanged(t *testing.T) {
 	for k := range other {
 		other[k] = "q" + other[k] + "x"
 	}
-	src := Source{PeerID: "p", NodeID: aliceID.NodeID, AuthorKey: aliceID.PublicKeyB64(), AuthorE2E: aliceID.E2EPublicKeyDER(), Via: "test"}
 	var prev [][cmb.NumFields]string
 	index := map[string]int{}
 	h := sha256.New()
@@ -149,4 +140,22 @@ func seededIdentities(t testing.TB) (alice *identity.Identity, bobHome string, b
 		t.Fatal(err)
 	}
 	return alice, bobHome, bob
+}
+
+// seededReceiver is bob's node, open in group alpha on seededIdentities'
+// home with clock now and alice's keys pinned, and the source alice's
+// records reach it from: the same records, keys and so verdicts on
+// every run.
+func seededReceiver(t *testing.T, now func() time.Time) (alice *identity.Identity, bob *Node, src Source) {
+	t.Helper()
+	alice, bobHome, bobID := seededIdentities(t)
+	bob, err := Open(Options{Home: bobHome, Group: "alpha", Identity: bobID, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bob.Close() })
+	if err := bob.PinPeer(context.Background(), alice.NodeID, alice.PublicKey(), alice.X25519.PublicKey().Bytes(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	return alice, bob, Source{PeerID: "p", NodeID: alice.NodeID, AuthorKey: alice.PublicKeyB64(), AuthorE2E: alice.E2EPublicKeyDER(), Via: "test"}
 }
