@@ -5,7 +5,6 @@ import (
 	"fmt"
 	mrand "math/rand"
 	"testing"
-	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/internal/benchtext"
@@ -34,31 +33,11 @@ func standardFields(n int) []cmb.Fields {
 // and its noise; it reports the process CPU per judgement.
 func BenchmarkJudge(b *testing.B) {
 	ctx := context.Background()
-	aliceID, bob := receivingPair(ctx, b)
-	var err error
-	src := Source{PeerID: "peer-alice", NodeID: aliceID.NodeID, AuthorKey: aliceID.PublicKeyB64(), AuthorE2E: aliceID.E2EPublicKeyDER(), Via: "bench"}
-	const stored, judged = 3000, 256
-	fields := standardFields(stored + judged)
-	first := time.Now().Add(-10 * time.Minute).UnixMilli()
-	recs := make([]*cmb.Record, len(fields))
-	for i, f := range fields {
-		if recs[i], err = cmb.Build(cmb.Draft{Fields: f, Group: "alpha", CreatedBy: aliceID.NodeID, CreatedAt: first + int64(i)*100}, aliceID.Ed25519); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, r := range recs[:stored] {
-		c, err := bob.Check(ctx, r, src)
-		if err == nil {
-			_, err = bob.Accept(ctx, c)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	bob, judged := liveMemory(b, 3000, 256)
 	b.ReportAllocs()
 	cpu0, n := cpuTime(), 0
 	for ; b.Loop(); n++ {
-		if _, _, _, err := bob.judge(ctx, recs[stored+n%judged]); err != nil {
+		if _, _, _, err := bob.judge(ctx, judged[n%len(judged)]); err != nil {
 			b.Fatal(err)
 		}
 	}

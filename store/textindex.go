@@ -195,9 +195,10 @@ type scoreScratch struct {
 	live    []uint32
 	cands   []uint32
 	tab     partTable
-	qs      []queryTerm // the query's terms, as queryTerms finds them
-	order   []uint64    // queryTermsInto's ranks of terms by rarity
-	kept    []queryTerm // and the rarest, before they go back into qs
+	qs      []queryTerm    // the query's terms, as queryTerms finds them
+	order   []uint64       // queryTermsInto's ranks of terms by rarity
+	kept    []uint64       // and the rarest
+	lists   []*postingList // the ranked terms' lists
 	// idfs are idf(df) for df < len(idfs) as one query computes them
 	// (0 until then): a query of a record's text has a few hundred terms
 	// in up to seven fields each, and most of their document frequencies
@@ -661,15 +662,9 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 		}
 		return *v
 	}
-	for _, t := range qterms {
-		pl := x.terms.get(t, termHash(t))
-		if pl == nil {
-			// Found nowhere: as rare as a term found once.
-			attainable += maxW * idf(1) * (k1 + 1)
-			continue
-		}
-		q := queryTerm{post: pl.post}
-		best := 0.0
+	// weigh sets q's weights from its list's document frequencies and
+	// returns its best field's weight.
+	weigh := func(q *queryTerm, pl *postingList) (best float64) {
 		for f := range q.wi {
 			if pl.df[f] == 0 {
 				continue
@@ -678,28 +673,90 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 			q.ub += q.wi[f] * (k1 + 1)
 			best = max(best, q.wi[f])
 		}
+		return best
+	}
+	if o.MaxTerms <= 0 || len(qterms) <= o.MaxTerms {
+		for _, t := range qterms {
+			pl := x.terms.get(t, termHash(t))
+			if pl == nil {
+				// Found nowhere: as rare as a term found once.
+				attainable += maxW * idf(1) * (k1 + 1)
+				continue
+			}
+			q := queryTerm{post: pl.post}
+			attainable += weigh(&q, pl) * (k1 + 1)
+			if q.ub > 0 {
+				qs = append(qs, q)
+			}
+		}
+		return qs, attainable
+	}
+	// Only the MaxTerms rarest are scored, so only they need their
+	// weights; every term needs its best field's weight for attainable.
+	// With the positive field weights all equal, that is the weight in its
+	// field of fewest documents (idf falls as df grows), one idf instead
+	// of one per field.
+	uniform := true
+	for _, w := range o.FieldWeights {
+		uniform = uniform && (w == 0 || w == maxW)
+	}
+	lists, order := sc.lists[:0], sc.order[:0]
+	for _, t := range qterms {
+		pl := x.terms.get(t, termHash(t))
+		if pl == nil {
+			attainable += maxW * idf(1) * (k1 + 1)
+			continue
+		}
+		var best float64
+		if uniform {
+			var fewest int32
+			for f, df := range pl.df {
+				if df != 0 && o.FieldWeights[f] != 0 && (fewest == 0 || df < fewest) {
+					fewest = df
+				}
+			}
+			if fewest == 0 {
+				continue // in no weighted field: never scored
+			}
+			best = maxW * idf(float64(fewest))
+		} else {
+			var q queryTerm
+			if best = weigh(&q, pl); q.ub == 0 {
+				continue
+			}
+		}
 		attainable += best * (k1 + 1)
-		if q.ub > 0 {
-			qs = append(qs, q)
-		}
+		// The rarest, ties in query order: ranked by (posting count,
+		// position) pairs.
+		order = append(order, uint64(len(pl.post))<<32|uint64(len(lists)))
+		lists = append(lists, pl)
 	}
-	if o.MaxTerms > 0 && len(qs) > o.MaxTerms {
-		// The rarest, ties in query order: a stable sort by posting count,
-		// done on (count, position) pairs rather than moving the terms.
-		order := sc.order[:0]
-		for i := range qs {
-			order = append(order, uint64(len(qs[i].post))<<32|uint64(i))
+	if len(order) > o.MaxTerms {
+		// The MaxTerms least of order, ascending: few pairs ever enter.
+		sel := sc.kept[:0]
+		for _, r := range order {
+			if len(sel) == o.MaxTerms && r >= sel[len(sel)-1] {
+				continue
+			}
+			if len(sel) < o.MaxTerms {
+				sel = append(sel, r)
+			} else {
+				sel[len(sel)-1] = r
+			}
+			for i := len(sel) - 1; i > 0 && sel[i] < sel[i-1]; i-- {
+				sel[i], sel[i-1] = sel[i-1], sel[i]
+			}
 		}
-		slices.Sort(order)
-		// Copied out first: a kept term may sit where another is to go.
-		kept := sc.kept[:0]
-		for _, r := range order[:o.MaxTerms] {
-			kept = append(kept, qs[uint32(r)])
-		}
-		qs = append(qs[:0], kept...)
-		clear(kept) // they hold posting lists
-		sc.order, sc.kept = order, kept[:0]
+		order, sc.kept = append(order[:0], sel...), sel[:0]
 	}
+	for _, r := range order {
+		pl := lists[uint32(r)]
+		q := queryTerm{post: pl.post}
+		weigh(&q, pl)
+		qs = append(qs, q)
+	}
+	clear(lists) // they point into the term table
+	sc.lists, sc.order = lists[:0], order[:0]
 	return qs, attainable
 }
 

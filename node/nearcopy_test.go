@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/benchtext"
+	"github.com/cmbnode/cmbnode/node/svaf"
+)
+
+// nearCopyEdits are the small edits that leave a record a near-copy of
+// the one it was made from: what the nearest anchors are there to catch.
+var nearCopyEdits = []struct {
+	name string
+	edit func(r *mrand.Rand, f *[cmb.NumFields]string, vocab []string)
+}{
+	{"word-added", func(r *mrand.Rand, f *[cmb.NumFields]string, vocab []string) {
+		i := r.Intn(cmb.NumFields)
+		w := strings.Fields(f[i])
+		at := 1 + r.Intn(len(w))
+		f[i] = strings.Join(append(w[:at:at], append([]string{vocab[r.Intn(len(vocab))]}, w[at:]...)...), " ")
+	}},
+	{"word-changed", func(r *mrand.Rand, f *[cmb.NumFields]string, vocab []string) {
+		i := r.Intn(cmb.NumFields)
+		w := strings.Fields(f[i])
+		w[1+r.Intn(len(w)-1)] = vocab[r.Intn(len(vocab))]
+		f[i] = strings.Join(w, " ")
+	}},
+	{"punctuation", func(r *mrand.Rand, f *[cmb.NumFields]string, vocab []string) {
+		for range 2 {
+			i := r.Intn(cmb.NumFields)
+			w := strings.Fields(f[i])
+			for k := 1 + r.Intn(4); k < len(w)-1; k += 5 + r.Intn(5) {
+				w[k] += ","
+			}
+			f[i] = strings.Join(w, " ") + "."
+		}
+	}},
+	{"field-dropped", func(r *mrand.Rand, f *[cmb.NumFields]string, vocab []string) {
+		f[r.Intn(cmb.NumFields)] = ""
+	}},
+}
+
+// TestNearCopiesFound is the yardstick of the nearest anchors: in a memory
+// of 3,500 standard records (seven 300-byte fields of Zipf-drawn words,
+// received over six minutes), a near-copy of a record from 100, 1,000 or
+// 3,000 records back (far beyond the 5 recent anchors) — a word added, a
+// word changed, punctuation, a field dropped — is judged redundant of
+// that very record, and new records of the same words are not redundant.
+// It runs on records numbered as the benchmarks make them ("focus 12:",
+// a term no other record holds) and on records headed by the field's name
+// alone, where only the words tell the copy's original.
+func TestNearCopiesFound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3,500 records twice")
+	}
+	for _, numbered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("numbered=%t", numbered), func(t *testing.T) { nearCopies(t, numbered) })
+	}
+}
+
+func nearCopies(t *testing.T, numbered bool) {
+	ctx := context.Background()
+	base := time.UnixMilli(1_751_000_000_000)
+	var ms atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(ms.Load()) * time.Millisecond) }
+	aliceID, bob, src := seededReceiver(t, now)
+	r := mrand.New(mrand.NewSource(11))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	record := func(i int) (f [cmb.NumFields]string) {
+		for j := range f {
+			head := cmb.FieldNames[j] + ":"
+			if numbered {
+				head = fmt.Sprintf("%s %d:", cmb.FieldNames[j], i)
+			}
+			f[j] = benchtext.Field(head, 300, vocab, z)
+		}
+		return f
+	}
+	build := func(texts [cmb.NumFields]string) *cmb.Record {
+		var f cmb.Fields
+		for j := range f {
+			f[j].Text = texts[j]
+		}
+		rec, err := cmb.Build(cmb.Draft{Fields: f, Group: "alpha", CreatedBy: aliceID.NodeID, CreatedAt: now().UnixMilli()}, aliceID.Ed25519)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	const memory = 3500
+	texts := make([][cmb.NumFields]string, memory)
+	keys := make([]string, memory)
+	for i := range memory {
+		ms.Add(100)
+		texts[i] = record(i)
+		rec := build(texts[i])
+		c, err := bob.Check(ctx, rec, src)
+		if err == nil {
+			_, err = bob.Accept(ctx, c)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = rec.Key
+	}
+	ms.Add(1000)
+
+	// Each probe is judged alone, not stored: every one meets the same
+	// memory.
+	type tally struct{ found, wrong, missed int }
+	byDistance := map[int]*tally{}
+	var total tally
+	for _, back := range []int{100, 1000, 3000} {
+		byDistance[back] = &tally{}
+		for k, e := range nearCopyEdits {
+			for j := range 6 {
+				o := memory - back - 7*k - j
+				for !bob.isAnchor(keys[o]) {
+					o-- // a copy of a record outside the memory is no copy
+				}
+				f := texts[o]
+				e.edit(r, &f, vocab)
+				v, _, _, err := bob.judge(ctx, build(f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := byDistance[back]
+				switch {
+				case v.Decision == svaf.Redundant && v.Nearest == keys[o]:
+					c.found++
+				case v.Decision == svaf.Redundant:
+					c.wrong++
+					t.Errorf("%s of record %d back: redundant of %s, not of its original %s", e.name, memory-o, v.Nearest, keys[o])
+				default:
+					c.missed++
+					t.Errorf("%s of record %d back: %s (drift %.3f), not redundant", e.name, memory-o, v.Decision, v.Drift)
+				}
+			}
+		}
+		c := byDistance[back]
+		total.found, total.wrong, total.missed = total.found+c.found, total.wrong+c.wrong, total.missed+c.missed
+		t.Logf("%d back: %d found, %d wrong nearest, %d missed", back, c.found, c.wrong, c.missed)
+	}
+	falseRedundant := 0
+	const fresh = 60
+	for i := range fresh {
+		v, _, _, err := bob.judge(ctx, build(record(memory+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Decision == svaf.Redundant {
+			falseRedundant++
+			t.Errorf("new record %d: redundant of %s", i, v.Nearest)
+		}
+	}
+	t.Logf("near-copies: %d found, %d wrong nearest, %d missed; new records: %d of %d redundant", total.found, total.wrong, total.missed, falseRedundant, fresh)
+}
