@@ -303,7 +303,7 @@ func refusedAs(st ipc.StatusReply, peerID string, reasons ...string) bool {
 // TestDaemonsRefuseStrangerAndOldSecret, as separate processes: a1
 // creates private group alpha, a2 and a3 join with its invite, all with
 // a 15 s rotation grace (a2 must load the new secret within it: the
-// daemon reloads keys every 5 s). A stranger that knows the name but no secret
+// daemon reloads keys as their files change). A stranger that knows the name but no secret
 // (a --public alpha daemon) dials a1 and is refused, counted and logged
 // with its address, and holds nothing. a1 rotates (group rotate prints a
 // new invite; group show lists both epochs, never a secret); a2 joins the
