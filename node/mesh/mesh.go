@@ -249,10 +249,10 @@ type Mesh struct {
 	wireGroup string
 	topicName string
 
-	ps    *pubsub.PubSub
-	topic *pubsub.Topic
-	// unrelay ends the relaying of topic.
-	unrelay pubsub.RelayCancelFunc
+	// gossip is GossipSub and the group topic, nil until the first peer
+	// is admitted (ensureGossip); gossipMu orders its start against Close.
+	gossip   atomic.Pointer[gossipSub]
+	gossipMu sync.Mutex
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -394,10 +394,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	h.SetStreamHandler(ProtocolID, m.handleStream)
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected})
 
-	if err := m.startGossip(); err != nil {
-		m.Close()
-		return nil, err
-	}
+	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	m.goRun(m.pending.run)
 	m.goRun(m.catchUpLoop)
 	if m.keys != nil {
@@ -598,12 +595,7 @@ func (m *Mesh) Close() error {
 		if m.hps != nil {
 			m.hps.Close()
 		}
-		if m.unrelay != nil {
-			m.unrelay()
-		}
-		if m.topic != nil {
-			m.topic.Close()
-		}
+		m.stopGossip()
 		if m.h != nil {
 			err = m.h.Close()
 		}
