@@ -99,12 +99,13 @@ type gossipSub struct {
 }
 
 // ensureGossip starts GossipSub and joins the group topic unless they
-// run. The mesh calls it as the first peer is admitted, before that peer
-// counts as admitted: until then nothing could be gossiped (the peer
-// filter and the validator take admitted peers only), and GossipSub's
-// heartbeat, scorer and event loop would wake an idle daemon several times
-// a second for nothing. A record published before has been stored and
-// reaches each peer by the catch-up that follows its admission.
+// run, and hole punching (startHolePunch). The mesh calls it as the first
+// peer is admitted, before that peer counts as admitted: until then
+// nothing could be gossiped (the peer filter and the validator take
+// admitted peers only), and GossipSub's heartbeat, scorer and event loop
+// would wake an idle daemon several times a second for nothing. A record
+// published before has been stored and reaches each peer by the catch-up
+// that follows its admission.
 //
 // Peers already connected are picked up by GossipSub as it starts, and
 // a peer's GossipSub learns of our topic protocols from identify's push
@@ -121,6 +122,13 @@ func (m *Mesh) ensureGossip() error {
 	if m.ctx.Err() != nil {
 		return fmt.Errorf("start gossip: %w", m.ctx.Err())
 	}
+	if m.hps.Load() == nil {
+		hps, err := m.startHolePunch()
+		if err != nil {
+			return err
+		}
+		m.hps.Store(hps)
+	}
 	g, err := m.startGossip()
 	if err != nil {
 		return err
@@ -130,11 +138,14 @@ func (m *Mesh) ensureGossip() error {
 	return nil
 }
 
-// stopGossip leaves the topic (Close, after cancelling the mesh's
-// context, which ends GossipSub itself).
+// stopGossip stops hole punching and leaves the topic (Close, after
+// cancelling the mesh's context, which ends GossipSub itself).
 func (m *Mesh) stopGossip() {
 	m.gossipMu.Lock()
 	defer m.gossipMu.Unlock()
+	if hps := m.hps.Load(); hps != nil {
+		hps.Close()
+	}
 	if g := m.gossip.Load(); g != nil {
 		g.unrelay()
 		g.topic.Close()

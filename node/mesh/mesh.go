@@ -284,9 +284,10 @@ type Mesh struct {
 	relay        *relayv2.Relay
 	reach        reachState
 	known        *knownPeers
-	// hps is our DCUtR service (startHolePunch); observed are the
+	// hps is our DCUtR service (startHolePunch), nil until the first
+	// peer is admitted (ensureGossip); observed are the
 	// addresses peers observed for us in identify, guarded by obsMu.
-	hps      *holepunch.Service
+	hps      atomic.Pointer[holepunch.Service]
 	obsMu    sync.Mutex
 	observed map[peer.ID]ma.Multiaddr
 
@@ -386,10 +387,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, err
 		}
 	}
-	if err := m.startHolePunch(); err != nil {
-		m.Close()
-		return nil, err
-	}
+	m.goRun(m.watchObserved)
 	m.goRun(m.watchReachability)
 	h.SetStreamHandler(ProtocolID, m.handleStream)
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected})
@@ -591,9 +589,6 @@ func (m *Mesh) Close() error {
 		m.cancel()
 		if m.relay != nil {
 			m.relay.Close()
-		}
-		if m.hps != nil {
-			m.hps.Close()
 		}
 		m.stopGossip()
 		if m.h != nil {
