@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +19,9 @@ import (
 // through a daemon's socket and reports what the daemon then costs: its
 // resident memory after the fill, the disk its home takes per CMB
 // (blocks allocated, not file sizes), the time from start to ready on
-// that store, and its CPU while idle after the restart.
+// that store, and its CPU while idle after the restart: utime+stime
+// (%-core-idle), the time its threads really ran (%-core-idle-run) and
+// their wake-ups a second.
 // CMBNODE_BENCH_HOME=DIR fills DIR (new) instead of a temporary home and
 // leaves it there.
 func BenchmarkFill10k(b *testing.B) {
@@ -85,16 +89,63 @@ func BenchmarkFill10k(b *testing.B) {
 	// last): on an idle daemon that is half of its CPU, and a shorter
 	// window would leave it out.
 	time.Sleep(5 * time.Second)
-	c0 := procCPU(b, d.pid())
+	c0, r0, w0 := procCPU(b, d.pid()), procRuntime(d.pid()), procWakeups(d.pid())
 	const idle = 130 * time.Second
 	time.Sleep(idle)
 	idleCPU := procCPU(b, d.pid()) - c0
+	idleRun := procRuntime(d.pid()) - r0
+	wakeups := procWakeups(d.pid()) - w0
 
 	b.ReportMetric(float64(n)/fill.Seconds(), "fill-CMB/s")
 	b.ReportMetric(float64(rss)/1024, "MiB-RSS-after-fill")
 	b.ReportMetric(float64(disk)/n, "B-disk/CMB")
 	b.ReportMetric(float64(ready.Milliseconds())/starts, "ms-start-to-ready")
 	b.ReportMetric(100*idleCPU.Seconds()/idle.Seconds(), "%-core-idle")
+	b.ReportMetric(100*idleRun.Seconds()/idle.Seconds(), "%-core-idle-run")
+	b.ReportMetric(float64(wakeups)/idle.Seconds(), "wakeups/s-idle")
+}
+
+// procRuntime is the time pid's threads have run on a CPU, summed from
+// each thread's schedstat (its first field, in ns, kept by the scheduler).
+// Unlike utime+stime it is not sampled at the timer tick: on a tickless
+// kernel an idle process's ticks are charged by whoever the tick restarted
+// at idle exit finds running, which makes utime+stime about the number of
+// wake-ups times a tick's share, whatever each wake-up really ran.
+func procRuntime(pid int) time.Duration {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	var ns int64
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		if fs := strings.Fields(string(raw)); len(fs) > 0 {
+			v, _ := strconv.ParseInt(fs[0], 10, 64)
+			ns += v
+		}
+	}
+	return time.Duration(ns)
+}
+
+// procWakeups is the voluntary context switches of pid's threads: each
+// is a thread going to sleep, so over a window it counts the wake-ups
+// that followed (a Go daemon's threads live as long as it does).
+func procWakeups(pid int) int64 {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+	var n int64
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
 }
 
 // allocatedBytes is the disk space the files under dir take (st_blocks).

@@ -303,7 +303,7 @@ func refusedAs(st ipc.StatusReply, peerID string, reasons ...string) bool {
 // TestDaemonsRefuseStrangerAndOldSecret, as separate processes: a1
 // creates private group alpha, a2 and a3 join with its invite, all with
 // a 15 s rotation grace (a2 must load the new secret within it: the
-// daemon reloads keys every 5 s). A stranger that knows the name but no secret
+// daemon reloads keys as their files change). A stranger that knows the name but no secret
 // (a --public alpha daemon) dials a1 and is refused, counted and logged
 // with its address, and holds nothing. a1 rotates (group rotate prints a
 // new invite; group show lists both epochs, never a secret); a2 joins the
@@ -352,6 +352,9 @@ func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(line2, "cmbnode-invite-1.") || line2 == line || !strings.Contains(r.stderr, "epoch 2") {
 		t.Fatalf("group rotate: %+v", r)
 	}
+	// The new epoch was created before the command returned, so the grace
+	// is over once grace has passed since now.
+	rotated := time.Now()
 	join(t, filepath.Join(dir, "a2"), line2)
 	show := bin(t, "", "group", "show", "--home", h1)
 	if show.code != 0 || !strings.Contains(show.stdout, "epoch 1") || !strings.Contains(show.stdout, "epoch 2") {
@@ -374,13 +377,13 @@ func TestDaemonsRefuseStrangerAndOldSecret(t *testing.T) {
 	}
 
 	a3ID := status(t, c3).PeerID
+	// a2's reload of epoch 2 restarts its sessions, so the peer counts
+	// below pass for a moment within the grace too: the wait also needs
+	// the grace over and a1's refusal of a3.
 	waitFor(t, "a1 and a2 cut a3 off after the grace", 60*time.Second, func() bool {
-		return status(t, c3).Peers == 0 && status(t, c1).Peers == 1 && status(t, c2).Peers == 1
+		return time.Since(rotated) > 15*time.Second && refusedAs(status(t, c1), a3ID, "epoch", "proof") &&
+			status(t, c3).Peers == 0 && status(t, c1).Peers == 1 && status(t, c2).Peers == 1
 	})
-	st1, st2 := status(t, c1), status(t, c2)
-	if !refusedAs(st1, a3ID, "epoch", "proof") && !refusedAs(st2, a3ID, "epoch", "proof") {
-		t.Errorf("a3 is not counted as refused: a1 %+v, a2 %+v", st1.Refused, st2.Refused)
-	}
 	before := status(t, c3).Counters
 	after, err := c1.Remember(ctx, ipc.RememberArgs{Fields: map[string]any{"focus": "alpha after the grace"}})
 	if err != nil {

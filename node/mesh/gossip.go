@@ -90,10 +90,71 @@ func (m *Mesh) gossipParams() pubsub.GossipSubParams {
 	return p
 }
 
-func (m *Mesh) startGossip() error {
+// gossipSub is GossipSub running with the group topic joined and relayed.
+type gossipSub struct {
+	ps    *pubsub.PubSub
+	topic *pubsub.Topic
+	// unrelay ends the relaying of topic.
+	unrelay pubsub.RelayCancelFunc
+}
+
+// ensureGossip starts GossipSub and joins the group topic unless they
+// run, and hole punching (startHolePunch). The mesh calls it as the first
+// peer is admitted, before that peer counts as admitted: until then
+// nothing could be gossiped (the peer filter and the validator take
+// admitted peers only), and GossipSub's heartbeat, scorer and event loop
+// would wake an idle daemon several times a second for nothing. A record
+// published before has been stored and reaches each peer by the catch-up
+// that follows its admission.
+//
+// Peers already connected are picked up by GossipSub as it starts, and
+// a peer's GossipSub learns of our topic protocols from identify's push
+// once they are registered here.
+func (m *Mesh) ensureGossip() error {
+	if m.gossip.Load() != nil {
+		return nil
+	}
+	m.gossipMu.Lock()
+	defer m.gossipMu.Unlock()
+	if m.gossip.Load() != nil {
+		return nil
+	}
+	if m.ctx.Err() != nil {
+		return fmt.Errorf("start gossip: %w", m.ctx.Err())
+	}
+	if m.hps.Load() == nil {
+		hps, err := m.startHolePunch()
+		if err != nil {
+			return err
+		}
+		m.hps.Store(hps)
+	}
+	g, err := m.startGossip()
+	if err != nil {
+		return err
+	}
+	m.gossip.Store(g)
+	m.log.Debug("gossip started", "topic", m.topicName)
+	return nil
+}
+
+// stopGossip stops hole punching and leaves the topic (Close, after
+// cancelling the mesh's context, which ends GossipSub itself).
+func (m *Mesh) stopGossip() {
+	m.gossipMu.Lock()
+	defer m.gossipMu.Unlock()
+	if hps := m.hps.Load(); hps != nil {
+		hps.Close()
+	}
+	if g := m.gossip.Load(); g != nil {
+		g.unrelay()
+		g.topic.Close()
+	}
+}
+
+func (m *Mesh) startGossip() (*gossipSub, error) {
 	// A private group's topic is named by its tag, not its name.
 	topicName := m.topicName
-	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	ps, err := pubsub.NewGossipSub(m.ctx, gossipHost{Host: m.h, m: m},
 		// The CMB carries its own signature; the pubsub envelope carries none
 		// and names no author (DESIGN "Wire").
@@ -148,14 +209,14 @@ func (m *Mesh) startGossip() error {
 		pubsub.WithRawTracer(m.drops),
 	)
 	if err != nil {
-		return fmt.Errorf("start gossip: %w", err)
+		return nil, fmt.Errorf("start gossip: %w", err)
 	}
 	if err := ps.RegisterTopicValidator(topicName, m.validate, pubsub.WithValidatorConcurrency(validateConc)); err != nil {
-		return fmt.Errorf("start gossip: validator: %w", err)
+		return nil, fmt.Errorf("start gossip: validator: %w", err)
 	}
 	topic, err := ps.Join(topicName)
 	if err != nil {
-		return fmt.Errorf("start gossip: join %s: %w", topicName, err)
+		return nil, fmt.Errorf("start gossip: join %s: %w", topicName, err)
 	}
 	// The validator stores what it accepts, so the topic is relayed rather
 	// than subscribed: a subscription would hand every record on through
@@ -164,10 +225,9 @@ func (m *Mesh) startGossip() error {
 	unrelay, err := topic.Relay()
 	if err != nil {
 		topic.Close()
-		return fmt.Errorf("start gossip: relay %s: %w", topicName, err)
+		return nil, fmt.Errorf("start gossip: relay %s: %w", topicName, err)
 	}
-	m.ps, m.topic, m.unrelay = ps, topic, unrelay
-	return nil
+	return &gossipSub{ps: ps, topic: topic, unrelay: unrelay}, nil
 }
 
 // validate is the topic validator: size, in a private group opening the
@@ -319,8 +379,14 @@ func (m *Mesh) accept(ctx context.Context, c *node.Checked, depth int) bool {
 // Publish broadcasts a stored record on the group topic, paced by the
 // publish limiter (waiting, never dropping). The frame carries the author's
 // keys so members that never met the author can verify it, and raw (the
-// record's encoding) when given.
+// record's encoding) when given. Before any peer was admitted there is no
+// topic and nobody to send to: the record, already stored, reaches each
+// peer by the catch-up of its admission (ensureGossip).
 func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record, raw []byte) error {
+	g := m.gossip.Load()
+	if g == nil {
+		return nil
+	}
 	if err := m.limit.wait(ctx); err != nil {
 		return fmt.Errorf("publish %s: %w", rec.Key, err)
 	}
@@ -341,7 +407,7 @@ func (m *Mesh) Publish(ctx context.Context, rec *cmb.Record, raw []byte) error {
 			return fmt.Errorf("publish %s: sealing for the group: %w", rec.Key, err)
 		}
 	}
-	if err := m.topic.Publish(ctx, payload); err != nil {
+	if err := g.topic.Publish(ctx, payload); err != nil {
 		return fmt.Errorf("publish %s: %w", rec.Key, err)
 	}
 	m.stats.published.Add(1)

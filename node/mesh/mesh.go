@@ -249,10 +249,10 @@ type Mesh struct {
 	wireGroup string
 	topicName string
 
-	ps    *pubsub.PubSub
-	topic *pubsub.Topic
-	// unrelay ends the relaying of topic.
-	unrelay pubsub.RelayCancelFunc
+	// gossip is GossipSub and the group topic, nil until the first peer
+	// is admitted (ensureGossip); gossipMu orders its start against Close.
+	gossip   atomic.Pointer[gossipSub]
+	gossipMu sync.Mutex
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -284,9 +284,10 @@ type Mesh struct {
 	relay        *relayv2.Relay
 	reach        reachState
 	known        *knownPeers
-	// hps is our DCUtR service (startHolePunch); observed are the
+	// hps is our DCUtR service (startHolePunch), nil until the first
+	// peer is admitted (ensureGossip); observed are the
 	// addresses peers observed for us in identify, guarded by obsMu.
-	hps      *holepunch.Service
+	hps      atomic.Pointer[holepunch.Service]
 	obsMu    sync.Mutex
 	observed map[peer.ID]ma.Multiaddr
 
@@ -386,18 +387,12 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, err
 		}
 	}
-	if err := m.startHolePunch(); err != nil {
-		m.Close()
-		return nil, err
-	}
+	m.goRun(m.watchObserved)
 	m.goRun(m.watchReachability)
 	h.SetStreamHandler(ProtocolID, m.handleStream)
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: m.onConnected})
 
-	if err := m.startGossip(); err != nil {
-		m.Close()
-		return nil, err
-	}
+	m.drops = &dropTracer{m: m, drops: map[string]int64{}, mesh: map[peer.ID]struct{}{}}
 	m.goRun(m.pending.run)
 	m.goRun(m.catchUpLoop)
 	if m.keys != nil {
@@ -595,15 +590,7 @@ func (m *Mesh) Close() error {
 		if m.relay != nil {
 			m.relay.Close()
 		}
-		if m.hps != nil {
-			m.hps.Close()
-		}
-		if m.unrelay != nil {
-			m.unrelay()
-		}
-		if m.topic != nil {
-			m.topic.Close()
-		}
+		m.stopGossip()
 		if m.h != nil {
 			err = m.h.Close()
 		}

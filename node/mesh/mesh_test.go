@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmbnode/cmbnode/node"
 	"github.com/cmbnode/cmbnode/node/events"
 	"github.com/cmbnode/cmbnode/node/mesh"
 	"github.com/cmbnode/cmbnode/node/metrics"
@@ -124,5 +125,31 @@ func TestGroupsGossipAndIsolation(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics page lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// GossipSub starts with the first admitted peer (nothing to gossip
+// before): a record remembered while alone reaches that peer by the
+// catch-up of its admission, and once the two have grafted each other the
+// next record goes by gossip (periodic catch-up is an hour away).
+func TestGossipStartsWithTheFirstPeer(t *testing.T) {
+	slow := func(c *mesh.Config) { c.CatchUpInterval = time.Hour }
+	a := newMember(t, "alpha", "a", nil, slow)
+	alone := a.remember("remembered alone", nil, "")
+	b := newMember(t, "alpha", "b", []*member{a}, slow)
+	stop := watch([]*member{b})
+	waitPeers(t, 1, a, b)
+	eventually(t, 10*time.Second, "b stores the record remembered alone", func() bool { return b.has(alone) })
+	eventually(t, 10*time.Second, "a and b graft each other", func() bool {
+		return a.m.Stats().GossipMesh == 1 && b.m.Stats().GossipMesh == 1
+	})
+	together := a.remember("remembered together", nil, "")
+	eventually(t, 10*time.Second, "b stores the next record", func() bool { return b.has(together) })
+	via := map[string]string{}
+	for _, x := range stop()[0] {
+		via[x.key] = x.via
+	}
+	if via[alone] == node.SourceGossip || via[together] != node.SourceGossip {
+		t.Fatalf("paths: remembered alone by %q, together by %q; want catch-up, then gossip", via[alone], via[together])
 	}
 }

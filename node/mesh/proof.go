@@ -228,41 +228,80 @@ func (m *Mesh) closeSoon(pid peer.ID) {
 	})
 }
 
-// watchKeys re-reads the group's secrets every KeyReload. When an epoch
-// is added (a rotation here, or a join of the new invite), sessions
-// running at an older epoch are restarted, so each negotiates again and
-// moves to the newest epoch both sides hold. Every round also ends
-// sessions whose epoch is no longer accepted: a peer that holds only a
-// secret superseded longer than the grace period ago is refused even if it
-// connected before.
+// watchKeys re-reads the group's secrets whenever their directory
+// changes (groupkey's Watch: a rotation here, or a join of the new
+// invite), or every KeyReload where it cannot be watched. When an epoch
+// is added, sessions running at an older epoch are restarted, so each
+// negotiates again and moves to the newest epoch both sides hold. Sessions
+// whose epoch is no longer accepted are ended after every reload and at
+// the moment an epoch's grace ends (Keyring.NextExpiry): a peer that holds
+// only a secret superseded longer than the grace period ago is refused
+// even if it connected before. An idle daemon is not woken otherwise.
 func (m *Mesh) watchKeys(ctx context.Context) {
-	t := time.NewTicker(m.cfg.KeyReload)
-	defer t.Stop()
+	changed, err := m.keys.Watch(ctx)
+	if err != nil && !errors.Is(err, groupkey.ErrNoHome) {
+		m.log.Warn("cannot watch the group secrets; re-reading them periodically", "every", m.cfg.KeyReload, "err", err)
+	}
+	var poll <-chan time.Time
+	if changed == nil {
+		t := time.NewTicker(m.cfg.KeyReload)
+		defer t.Stop()
+		poll = t.C
+	}
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
 	for {
+		expiry.Stop()
+		if at, ok := m.keys.NextExpiry(); ok {
+			expiry.Reset(time.Until(at))
+		}
+		var added []uint32
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		added, err := m.keys.Reload()
-		if err != nil {
-			m.log.Warn("re-reading the group secrets failed; keeping the ones loaded", "err", err)
-		}
-		if len(added) > 0 {
-			m.log.Info("group secret epoch added", "group", m.group, "epochs", added, "current", m.keys.Current())
-		}
-		cur := m.keys.Current()
-		for _, ss := range m.allSessions() {
-			switch {
-			case m.keys.Accepts(ss.epoch) != nil:
-				m.log.Warn("ending a session: its group secret epoch has expired", "peer", ss.pid, "addr", ss.s.Conn().RemoteMultiaddr().String(), "nodeId", ss.nodeID, "epoch", ss.epoch)
-				m.stats.epochExpired.Add(1)
-				ss.fail(cmb.CodeAuthFailed, "group secret epoch expired")
-				m.markMismatched(ss.pid, refusedEpoch, "")
-				m.closeSoon(ss.pid)
-			case len(added) > 0 && ss.epoch < cur:
-				_ = ss.s.Reset() // the peer reconnects (removeSession) and renegotiates
+		case _, ok := <-changed:
+			if !ok {
+				m.log.Warn("the group secrets' directory went away; re-reading it periodically", "every", m.cfg.KeyReload)
+				changed = nil
+				t := time.NewTicker(m.cfg.KeyReload)
+				defer t.Stop()
+				poll = t.C
 			}
+			added = m.reloadKeys()
+		case <-poll:
+			added = m.reloadKeys()
+		case <-expiry.C:
+		}
+		m.checkSessionEpochs(added)
+	}
+}
+
+// reloadKeys re-reads the group's secrets and returns the epochs added.
+func (m *Mesh) reloadKeys() []uint32 {
+	added, err := m.keys.Reload()
+	if err != nil {
+		m.log.Warn("re-reading the group secrets failed; keeping the ones loaded", "err", err)
+	}
+	if len(added) > 0 {
+		m.log.Info("group secret epoch added", "group", m.group, "epochs", added, "current", m.keys.Current())
+	}
+	return added
+}
+
+// checkSessionEpochs ends the sessions whose epoch is no longer accepted
+// and, when epochs were added, restarts those below the newest.
+func (m *Mesh) checkSessionEpochs(added []uint32) {
+	cur := m.keys.Current()
+	for _, ss := range m.allSessions() {
+		switch {
+		case m.keys.Accepts(ss.epoch) != nil:
+			m.log.Warn("ending a session: its group secret epoch has expired", "peer", ss.pid, "addr", ss.s.Conn().RemoteMultiaddr().String(), "nodeId", ss.nodeID, "epoch", ss.epoch)
+			m.stats.epochExpired.Add(1)
+			ss.fail(cmb.CodeAuthFailed, "group secret epoch expired")
+			m.markMismatched(ss.pid, refusedEpoch, "")
+			m.closeSoon(ss.pid)
+		case len(added) > 0 && ss.epoch < cur:
+			_ = ss.s.Reset() // the peer reconnects (removeSession) and renegotiates
 		}
 	}
 }

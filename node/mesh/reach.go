@@ -501,18 +501,23 @@ type idHost interface{ IDService() identify.IDService }
 // libp2p's observed-address manager; ours from what admitted members saw
 // in identify (holePunchAddrs), so a stranger cannot choose the
 // addresses we offer for a hole punch.
-func (m *Mesh) startHolePunch() error {
+//
+// It starts with the first admitted peer (ensureGossip), not with the
+// mesh: the service polls holePunchAddrs until it returns something
+// (every 5 s at most), and behind a NAT that is never before a peer is
+// admitted, since the addresses are what admitted members observed. A host
+// with a public address of its own arms at once either way; nobody can
+// use the punch before a session over the relay admitted them.
+func (m *Mesh) startHolePunch() (*holepunch.Service, error) {
 	ih, ok := m.h.(idHost)
 	if !ok {
-		return errors.New("start hole punching: the libp2p host has no identify service")
+		return nil, errors.New("start hole punching: the libp2p host has no identify service")
 	}
 	s, err := holepunch.NewService(m.h, ih.IDService(), m.holePunchAddrs, holepunch.WithTracer(hpTracer{m}))
 	if err != nil {
-		return fmt.Errorf("start hole punching: %w", err)
+		return nil, fmt.Errorf("start hole punching: %w", err)
 	}
-	m.hps = s
-	m.goRun(m.watchObserved)
-	return nil
+	return s, nil
 }
 
 // watchObserved keeps, per peer, the address it observed for our side of
@@ -601,7 +606,7 @@ func (m *Mesh) punchWhenArmed(ctx context.Context, pid peer.ID) {
 		}
 		if slices.Contains(m.h.Mux().Protocols(), holePunchProtocol) {
 			tried := m.reach.hpAttempts.Load()
-			err := m.hps.DirectConnect(pid)
+			err := m.hps.Load().DirectConnect(pid) // started before pid was admitted
 			if err == nil || m.reach.hpAttempts.Load() != tried {
 				return
 			}

@@ -86,7 +86,13 @@ func (m *Mesh) runSession(ctx context.Context, s network.Stream, outbound bool) 
 	}
 	m.stats.handshakes.Add(1)
 	m.clearRefusal(ss.pid)
-	m.addSession(ss)
+	if err := m.addSession(ss); err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("session ended: gossip did not start", "peer", ss.pid, "err", err)
+		}
+		_ = s.Reset()
+		return
+	}
 	defer m.removeSession(ss)
 
 	var wg sync.WaitGroup
@@ -406,7 +412,12 @@ func (ss *session) failPending() {
 	ss.reqMu.Unlock()
 }
 
-func (m *Mesh) addSession(ss *session) {
+func (m *Mesh) addSession(ss *session) error {
+	// GossipSub runs before the first peer counts as admitted, so the
+	// peer's gossip streams and the catch-up below find it running.
+	if err := m.ensureGossip(); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	ps, ok := m.peers[ss.pid]
 	if !ok {
@@ -432,7 +443,7 @@ func (m *Mesh) addSession(ss *session) {
 		m.goRun(func(ctx context.Context) { m.upgradeToDirect(ctx, ss.pid) })
 	}
 	if ok {
-		return
+		return nil
 	}
 	m.h.ConnManager().TagPeer(ss.pid, memberTag, memberTagValue)
 	// Members whose sessions with us began earlier learn of this one now.
@@ -440,6 +451,7 @@ func (m *Mesh) addSession(ss *session) {
 	m.log.Info("peer joined", "nodeId", ss.nodeID, "name", ss.remote.Name, "peer", ss.pid)
 	m.n.Events().Publish(events.Event{Name: events.PeerJoined, Data: PeerEvent{NodeID: ss.nodeID, Name: ss.remote.Name, PeerID: ss.pid.String()}})
 	m.goRun(func(ctx context.Context) { m.catchUpPeer(ctx, ss.pid, "connect") })
+	return nil
 }
 
 func (m *Mesh) removeSession(ss *session) {
