@@ -67,9 +67,11 @@ type batch struct {
 	// applied: badger took the batch, so the index must too.
 	applied bool
 	// refused: its frame was not written for want of space (the store
-	// goes on); newKeys are the records it would have added.
-	refused error
-	newKeys []string
+	// goes on); newKeys are the records it would have added, goneKeys
+	// those it would have deleted.
+	refused  error
+	newKeys  []string
+	goneKeys []string
 }
 
 // ovEntry is the latest write to a key by a batch not yet in badger.
@@ -89,14 +91,19 @@ type undo struct {
 type writerState struct {
 	s  *Store
 	ov map[string]ovEntry
-	// known holds the key of every stored record, including those of
-	// batches not yet durable: the duplicate check of a put reads it
-	// without a lock, where the text index would make the writer wait
-	// while the indexer holds it.
-	known map[string]struct{}
-	rtxn  *badger.Txn // read view of badger; renewed after each applied batch
-	seq   uint64
-	undo  []undo
+	// known holds the key of every stored record (forgotten ones
+	// included), and those of batches not yet durable: the duplicate
+	// check of a put reads it, where the text index would make the leader
+	// wait while the index runs, and Has answers "no" from it without a
+	// read of badger. So it never lacks a stored key: a key leaves it only
+	// with the record, and comes back if that batch is refused. The leader
+	// reads it without a lock and changes it under knownMu (know, unknow);
+	// other goroutines read it under knownMu (knows).
+	known   map[string]struct{}
+	knownMu sync.RWMutex
+	rtxn    *badger.Txn // read view of badger; renewed after each applied batch
+	seq     uint64
+	undo    []undo
 }
 
 // wtx is what a job sees while it is applied.
@@ -233,11 +240,40 @@ func (w *writerState) applied(b *batch) {
 	}
 }
 
-// forget drops from known the records a refused batch would have added.
+// forget drops from known the records a refused batch would have added,
+// and puts back those it would have deleted.
 func (w *writerState) forget(b *batch) {
+	w.knownMu.Lock()
+	defer w.knownMu.Unlock()
 	for _, k := range b.newKeys {
 		delete(w.known, k)
 	}
+	for _, k := range b.goneKeys {
+		w.known[k] = struct{}{}
+	}
+}
+
+// know adds key to known; the leader calls it.
+func (w *writerState) know(key string) {
+	w.knownMu.Lock()
+	w.known[key] = struct{}{}
+	w.knownMu.Unlock()
+}
+
+// unknow drops key, whose record b deletes, from known; the leader calls it.
+func (w *writerState) unknow(b *batch, key string) {
+	w.knownMu.Lock()
+	delete(w.known, key)
+	w.knownMu.Unlock()
+	b.goneKeys = append(b.goneKeys, key)
+}
+
+// knows reports whether key may be stored: false means it is not.
+func (w *writerState) knows(key string) bool {
+	w.knownMu.RLock()
+	_, ok := w.known[key]
+	w.knownMu.RUnlock()
+	return ok
 }
 
 // commitState is the group commit: the queue of submitted jobs and who
@@ -1018,7 +1054,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			for _, k := range ikeys {
 				t.set(k, nil)
 			}
-			t.w.known[rec.Key] = struct{}{}
+			t.w.know(rec.Key)
 			setAnnexes(t, rec.Key, annexes)
 			t.b.newKeys = append(t.b.newKeys, rec.Key)
 			r.Record = rec
