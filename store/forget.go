@@ -95,7 +95,7 @@ func (s *Store) Forget(ctx context.Context, key string) (ForgetResult, error) {
 		}
 		// The key stays known to the writer, so a later put of it looks
 		// its tombstone up instead of storing it as new.
-		t.w.known[key] = struct{}{}
+		t.w.know(key)
 		at, kept := s.orderAt(&rec), res.Kept
 		// The in-memory set changes on the indexer, with the orders, so
 		// Check (which holds the applies still and waits for the indexer)

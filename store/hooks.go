@@ -11,9 +11,7 @@ type testHooks struct {
 	// walLimit, if positive, replaces walCheckpoint: the frame bytes after
 	// which a checkpoint starts a new segment.
 	walLimit int64
-	// applyIdle, if positive, replaces applyIdle.
-	applyIdle time.Duration
-	// lostBadgerWrites makes the syncer log and acknowledge batches without
+	// lostBadgerWrites makes the leader log and acknowledge batches without
 	// applying them to badger, which is how a power loss that took
 	// badger's unsynced pages leaves them: replay must restore them.
 	lostBadgerWrites bool
@@ -32,11 +30,4 @@ func (h *testHooks) checkpointBytes() int64 {
 		return h.walLimit
 	}
 	return walCheckpoint
-}
-
-func (h *testHooks) idleApply() time.Duration {
-	if h.applyIdle > 0 {
-		return h.applyIdle
-	}
-	return applyIdle
 }

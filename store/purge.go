@@ -212,7 +212,7 @@ func (s *Store) deleteJob(ctx context.Context, key string, deleted *bool) *job {
 			return nil, nil
 		}
 		t.del(recKey(key))
-		delete(t.w.known, key)
+		t.w.unknow(t.b, key)
 		for _, k := range indexKeys(&rec.Entry) {
 			t.del(k)
 		}

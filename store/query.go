@@ -67,6 +67,15 @@ func (s *Store) get(ctx context.Context, key string, withRaw bool) (Record, erro
 
 // Has reports whether key is stored.
 func (s *Store) Has(ctx context.Context, key string) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	// A key the writer does not know is not stored, acknowledged or not:
+	// a received record, new as a rule, is answered without a read of
+	// badger (and the wake-ups of its read transaction).
+	if !s.cm.w.knows(key) {
+		return false, nil
+	}
 	if err := s.readable(ctx); err != nil {
 		return false, err
 	}

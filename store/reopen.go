@@ -10,8 +10,9 @@ import (
 )
 
 // A store opened read-only on a full disk (Open, openNeed) becomes
-// writable by itself once openNeed is free again: the writer goroutine
-// checks at each write it is asked for and every readOnlyRetry, and then
+// writable by itself once openNeed is free again: the leader of the group
+// commit checks at each write it commits, the writer goroutine every
+// readOnlyRetry while nobody writes, and then
 // swaps the read-only badger for a writable one in place. Nothing else
 // about the store changes: while read-only it wrote nothing, so the
 // in-memory orders, the text index, the signer set and the record count
@@ -50,7 +51,7 @@ func (s *Store) rlockDB() {
 	s.dbMu.RLock()
 }
 
-// tryWritable is called on the writer goroutine while the store is
+// tryWritable is called by the leader of the group commit (or the idle writer goroutine) while the store is
 // read-only. It reopens it writable if the disk has room for that now and
 // reports whether the store writes; otherwise it refreshes the disk-full
 // state with the space free now.

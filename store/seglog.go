@@ -83,7 +83,7 @@ type segLog struct {
 	// reserve is the free space grow leaves on the file system (errNoRoom).
 	reserve uint64
 
-	// Written by the syncer (and Open/Close) only.
+	// Written by the leader of the group commit (and Open/Close) only.
 	f      *os.File // current segment
 	direct *os.File // f opened O_DIRECT|O_DSYNC; nil where refused
 	nonce  uint64
@@ -466,7 +466,7 @@ type segPtr struct {
 
 const recPtrTag = 0xF1
 
-// ptrTo locates val, which starts at off in segment seg. The syncer and
+// ptrTo locates val, which starts at off in segment seg. The leader of the group commit and
 // replay both build pointers with it, so a replayed pointer is the one the
 // write gave badger.
 func ptrTo(seg uint32, off int64, val []byte) segPtr {

@@ -228,15 +228,16 @@ type Store struct {
 
 	peers peerCache // roster entries as read (GetPeer)
 
-	jobs    chan *job
+	cm      commitState
+	ix      indexState
 	closing chan struct{}
 	wdone   chan struct{}
-	// writeMu is held by the writer around each commit and its index update,
-	// so Check can observe records and the in-memory index at one instant.
+	// writeMu is held by the leader around each apply to badger, so Check
+	// can observe records and the in-memory index at one instant.
 	writeMu sync.Mutex
 
-	// log is written only by the syncer goroutine (and Open/Close); it
-	// keeps the records (seglog.go).
+	// log is written only by the leader of the group commit (and
+	// Open/Close); it keeps the records (seglog.go).
 	log *segLog
 	// failed is set once a log write, sync or badger apply failed.
 	failed atomic.Pointer[error]
@@ -265,14 +266,10 @@ type Store struct {
 	order *orderIndex
 	lines *lineIndex
 	trust *trustState
-	// appliedSeq is the last batch the syncer finished with; indexed
+	// appliedSeq is the last batch the leader finished with; indexed
 	// reaches it once the text index holds that batch's writes too.
 	appliedSeq atomic.Uint64
 	applied    watermark
-	// applyNow asks the syncer to apply its acknowledged batch at once,
-	// which it otherwise does beside the next frame write or after
-	// applyIdle.
-	applyNow chan struct{}
 	// ackedSeq is the last batch whose callers were told it is durable.
 	ackedSeq atomic.Uint64
 	indexed  watermark
@@ -329,9 +326,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db:          db,
 		dir:         dir,
 		opts:        opts,
-		jobs:        make(chan *job, 4096),
 		closing:     make(chan struct{}),
-		applyNow:    make(chan struct{}, 1),
 		textsLoaded: make(chan struct{}),
 		wdone:       make(chan struct{}),
 		idx:         newTextIndex(runtime.Gosched),
@@ -367,7 +362,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, classifyOpenErr(dir, opts.Home, fmt.Errorf("loading tombstones: %w", err))
 	}
-	go s.writer()
+	s.startWriter()
 	go s.governCompactors()
 	return s, nil
 }
@@ -383,7 +378,7 @@ func badgerOptions(dir string, opts Options, readOnly bool) badger.Options {
 		// durable in the store's write-ahead log (wal.go), and badger is
 		// synced only at checkpoints.
 		WithSyncWrites(false).
-		// Only the writer goroutine writes, so conflict tracking is wasted work.
+		// Only the leader of the group commit writes, so conflict tracking is wasted work.
 		WithDetectConflicts(false).
 		// Tables are compressed at every flush and compaction: Snappy
 		// costs the least CPU for it. Each table records its compression.
@@ -705,6 +700,9 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.cm.mu.Lock()
+		s.cm.closed = true
+		s.cm.mu.Unlock()
 		close(s.closing)
 		<-s.wdone
 		<-s.compact.done

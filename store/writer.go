@@ -11,36 +11,38 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// A job is one unit of mutation run by the writer goroutine.
+// A job is one unit of mutation run by the leader of the group commit.
 //
-// The write path is a two-stage pipeline. The writer goroutine applies jobs
-// to the batch being built: a job reads through a wtx, which sees badger
-// plus every write of batches not yet in badger, and records its writes.
-// The syncer goroutine takes one finished batch at a time, writes it to
-// the log as one durable frame, acknowledges its jobs, and only then
-// applies it to badger: while the next batch's frame is written, or at
-// once when a reader asks, or after applyIdle with nothing to write.
-// Readers wait for that apply (waitApplied), so a caller reads its own
-// acknowledged writes and nobody reads a write before it is durable.
-// Badger never holds a pointer into a frame that is not on disk. The
-// indexer goroutine then runs the jobs' after functions (tokenising and
-// the text index), off the path writers wait on; Search, Scan and Check
-// wait until the index has caught up with every acknowledged write, so a
-// search still finds what was stored before it started. While one batch
-// syncs the writer fills the next with whatever arrives meanwhile, so the
-// number of puts sharing a sync adapts to the load without waiting on a
-// timer, and a batch's sync overlaps the work of preparing the next.
+// Writes are committed in groups, each one durable log frame. A caller
+// that submits jobs while nobody leads takes the lead: it applies the
+// queued jobs to a batch (a job reads through a wtx, which sees badger
+// plus the writes of the batch so far, and records its writes), writes
+// the batch to the log as one frame, syncs it, acknowledges its jobs, then
+// applies it to badger and indexes it, all on its own goroutine: an
+// uncontended put wakes no other goroutine. Jobs submitted meanwhile wait
+// in the queue and form the next group, which the writer goroutine leads
+// (one hand-off per group, not per job), so the number of puts sharing a
+// sync adapts to the load without waiting on a timer. Readers wait for the
+// apply (waitApplied), so a caller reads its own acknowledged writes and
+// nobody reads a write before it is durable. Badger never holds a pointer
+// into a frame that is not on disk. The index runs the jobs' after
+// functions (tokenising and the text index) in commit order, off the
+// lead: on the leading caller's goroutine when idle, else on the indexer
+// goroutine; Search, Scan and Check wait until the index has caught up
+// with every acknowledged write, so a search still finds what was stored
+// before it started.
 //
 // apply must decide on a job-level error before it writes anything; should
-// it fail anyway, its writes are rolled back. The returned after runs on the
-// indexer goroutine once the batch is in badger; it may touch only the text
-// index. Changes to the record count go through wtx.count, which the syncer
-// applies together with the batch.
+// it fail anyway, its writes are rolled back. The returned after runs once
+// the batch is in badger; it may touch only the text index. Changes to the
+// record count go through wtx.count, which is applied together with the
+// batch.
 type job struct {
 	ctx   context.Context
 	size  int
@@ -51,10 +53,6 @@ type job struct {
 // maxBatchBytes keeps a batch well inside badger's per-transaction limit
 // (15% of the memtable size) and one log frame small.
 const maxBatchBytes = 1 << 20
-
-// maxLinger bounds how long an idle syncer waits for writers just
-// acknowledged to send their next job.
-const maxLinger = 200 * time.Microsecond
 
 type batch struct {
 	seq    uint64
@@ -69,9 +67,11 @@ type batch struct {
 	// applied: badger took the batch, so the index must too.
 	applied bool
 	// refused: its frame was not written for want of space (the store
-	// goes on); newKeys are the records it would have added.
-	refused error
-	newKeys []string
+	// goes on); newKeys are the records it would have added, goneKeys
+	// those it would have deleted.
+	refused  error
+	newKeys  []string
+	goneKeys []string
 }
 
 // ovEntry is the latest write to a key by a batch not yet in badger.
@@ -87,20 +87,23 @@ type undo struct {
 	had  bool
 }
 
-// writerState is owned by the writer goroutine.
+// writerState is owned by the leader of the group commit.
 type writerState struct {
 	s  *Store
 	ov map[string]ovEntry
-	// known holds the key of every stored record, including those of
-	// batches not yet durable: the duplicate check of a put reads it
-	// without a lock, where the text index would make the writer wait
-	// while the indexer holds it.
-	known map[string]struct{}
-	rtxn  *badger.Txn // read view of badger; renewed after each applied batch
-	// unapplied are acknowledged batches badger has not taken yet.
-	unapplied []*batch
-	seq       uint64
-	undo      []undo
+	// known holds the key of every stored record (forgotten ones
+	// included), and those of batches not yet durable: the duplicate
+	// check of a put reads it, where the text index would make the leader
+	// wait while the index runs, and Has answers "no" from it without a
+	// read of badger. So it never lacks a stored key: a key leaves it only
+	// with the record, and comes back if that batch is refused. The leader
+	// reads it without a lock and changes it under knownMu (know, unknow);
+	// other goroutines read it under knownMu (knows).
+	known   map[string]struct{}
+	knownMu sync.RWMutex
+	rtxn    *badger.Txn // read view of badger; renewed after each applied batch
+	seq     uint64
+	undo    []undo
 }
 
 // wtx is what a job sees while it is applied.
@@ -224,25 +227,6 @@ func (w *writerState) add(cur *batch, j *job) *batch {
 	return cur
 }
 
-// retire keeps the overlay entries of an acknowledged batch until badger
-// has it (beside the next frame write), and forgets those of batches it
-// now has.
-func (w *writerState) retire(b *batch) {
-	w.unapplied = append(w.unapplied, b)
-	done := w.s.appliedSeq.Load()
-	n := 0
-	for _, u := range w.unapplied {
-		if u.seq <= done {
-			w.applied(u)
-		} else {
-			w.unapplied[n] = u
-			n++
-		}
-	}
-	clear(w.unapplied[n:])
-	w.unapplied = w.unapplied[:n]
-}
-
 // applied forgets the overlay entries of a batch now in badger.
 func (w *writerState) applied(b *batch) {
 	for _, op := range b.ops {
@@ -256,385 +240,430 @@ func (w *writerState) applied(b *batch) {
 	}
 }
 
-// forget drops from known the records a refused batch would have added.
+// forget drops from known the records a refused batch would have added,
+// and puts back those it would have deleted.
 func (w *writerState) forget(b *batch) {
+	w.knownMu.Lock()
+	defer w.knownMu.Unlock()
 	for _, k := range b.newKeys {
 		delete(w.known, k)
 	}
+	for _, k := range b.goneKeys {
+		w.known[k] = struct{}{}
+	}
 }
 
-// refuse fails every job of cur, the batch built while a refused one was
-// being written: its jobs read that batch's writes (a put of the same
-// record found it "already stored"), so acknowledging them could
-// acknowledge what is not on disk. Its writes leave the overlay, and it
-// goes to the syncer with nothing to write.
-func (w *writerState) refuse(cur *batch, cause error) {
-	for i := range cur.errs {
-		if cur.errs[i] == nil {
-			cur.errs[i] = fmt.Errorf("committing to store: %w", cause)
-		}
-		cur.afters[i] = nil
-	}
-	for _, op := range cur.ops {
-		if e, ok := w.ov[string(op.key)]; ok && e.seq == cur.seq {
-			// A write of an older batch to the same key, not yet in
-			// badger, is hidden until that batch is applied (a read of
-			// the roster may see badger's older entry meanwhile).
-			delete(w.ov, string(op.key))
-		}
-	}
-	w.forget(cur)
-	// Jobs added to cur from here on did not see the refused batch: they
-	// are written (or refused) on their own.
-	cur.ops, cur.count, cur.size, cur.newKeys = nil, 0, 0, nil
+// know adds key to known; the leader calls it.
+func (w *writerState) know(key string) {
+	w.knownMu.Lock()
+	w.known[key] = struct{}{}
+	w.knownMu.Unlock()
 }
 
+// unknow drops key, whose record b deletes, from known; the leader calls it.
+func (w *writerState) unknow(b *batch, key string) {
+	w.knownMu.Lock()
+	delete(w.known, key)
+	w.knownMu.Unlock()
+	b.goneKeys = append(b.goneKeys, key)
+}
+
+// knows reports whether key may be stored: false means it is not.
+func (w *writerState) knows(key string) bool {
+	w.knownMu.RLock()
+	_, ok := w.known[key]
+	w.knownMu.RUnlock()
+	return ok
+}
+
+// commitState is the group commit: the queue of submitted jobs and who
+// leads. The leader alone touches the writer's state (w), the log and
+// badger's writes; taking the lead under mu orders one leader's writes
+// before the next one's.
+type commitState struct {
+	mu    sync.Mutex
+	queue []*job
+	// leading: a goroutine holds the lead. Only the holder clears it or
+	// hands it to the writer goroutine (wake).
+	leading bool
+	// closed: Close was called; no job is queued any more.
+	closed bool
+	// wake hands the lead to the writer goroutine.
+	wake chan struct{}
+	// checkpointDue: the writer goroutine, taking the lead, checkpoints
+	// before anything else.
+	checkpointDue bool
+	// Owned by the leader.
+	w       *writerState
+	group   []*job
+	payload []byte
+}
+
+// indexState is the queue of batches badger took and the text index has
+// not: one runner at a time takes them in order.
+type indexState struct {
+	mu    sync.Mutex
+	queue []*batch
+	busy  bool      // a goroutine runs the queue
+	cond  sync.Cond // signalled as the queue shrinks and when busy ends
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// startWriter starts the writer and indexer goroutines of an opened store.
+func (s *Store) startWriter() {
+	s.cm.w = &writerState{s: s, ov: map[string]ovEntry{}, known: s.loadedKeys}
+	s.loadedKeys = nil
+	s.cm.wake = make(chan struct{}, 1)
+	s.ix.cond.L = &s.ix.mu
+	s.ix.wake = make(chan struct{}, 1)
+	s.ix.stop = make(chan struct{})
+	s.ix.done = make(chan struct{})
+	s.ix.busy = true // the indexer starts with the records found at Open
+	go s.indexer()
+	go s.writer()
+}
+
+// writer is the goroutine that leads when no caller does: the groups
+// queued while a caller led (who commits only its own group) and a
+// checkpoint a caller's commit made due. While read-only, it looks for
+// space to write again now and then, not only when a write comes. At
+// Close it commits what is queued and waits for the index.
 func (s *Store) writer() {
 	defer close(s.wdone)
-	w := &writerState{s: s, ov: map[string]ovEntry{}, known: s.loadedKeys}
-	s.loadedKeys = nil
-	defer func() {
-		if w.rtxn != nil {
-			w.rtxn.Discard()
-		}
-	}()
-	toSync := make(chan *batch, 1)
-	synced := make(chan *batch, 1)
-	syncerDone := make(chan struct{})
-	go s.syncer(toSync, synced, syncerDone)
-	defer func() {
-		close(toSync)
-		<-syncerDone
-	}()
-	var cur *batch
-	inflight := false
-	closing := s.closing
-	// expect counts jobs acknowledged since the syncer last took a batch
-	// whose callers have not sent a new job yet. Synchronous writers come
-	// back soon after their acknowledgement; handing the syncer a batch
-	// without them would split them into two groups that alternate between
-	// batches, each paying for a durable write of its own. So an idle
-	// syncer waits for them, at most maxLinger, and not at all once they
-	// are in.
-	//
-	// The syncer acknowledges a batch before this goroutine hears of it on
-	// synced (and may checkpoint in between); callers already back by then
-	// are early, not expected. ackMark is the value s.batched (counted
-	// before acknowledging) reaches once the batch in flight is
-	// acknowledged.
-	expect, early := 0, 0
-	var ackMark int64
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	var lingerC <-chan time.Time
-	// While read-only, the store looks for space to write again now and
-	// then, not only when a write comes.
+	c := &s.cm
 	var roRetry <-chan time.Time
 	if s.readOnly.Load() {
 		tick := time.NewTicker(readOnlyRetry)
 		defer tick.Stop()
 		roRetry = tick.C
 	}
-	onSynced := func(b *batch) {
-		inflight = false
-		if b.refused != nil {
-			w.forget(b)
-			if cur != nil {
-				w.refuse(cur, b.refused)
-			}
-		}
-		w.retire(b)
-		expect = max(expect+len(b.jobs)-early, 0)
-		early = 0
-	}
-	// hearSynced takes the end of the batch in flight, if it came while
-	// there was nothing to send, before a job is added.
-	hearSynced := func() {
-		if cur == nil && inflight {
-			select {
-			case b := <-synced:
-				onSynced(b)
-			default:
-			}
-		}
-	}
 	for {
-		full := cur != nil && (len(cur.jobs) >= s.opts.MaxBatch || cur.size >= maxBatchBytes)
-		if cur != nil && !inflight {
-			if expect > 0 && !full && closing != nil {
-				if lingerC == nil {
-					linger.Reset(maxLinger)
-					lingerC = linger.C
-				}
-			} else {
-				if lingerC != nil {
-					linger.Stop()
-					lingerC = nil
-				}
-				ackMark = s.batched.Load() + int64(len(cur.jobs))
-				toSync <- cur
-				cur, inflight, expect = nil, true, 0
-				continue
-			}
-		}
-		if closing == nil && cur == nil && !inflight {
-			return
-		}
-		jobs := s.jobs
-		if closing == nil || full {
-			jobs = nil
-		}
-		// With nothing to send, the batch in flight ending changes nothing
-		// until a job comes: the writer hears of it then (before adding
-		// the job, as if it had heard at once), and is not woken for it.
-		syncedC := synced
-		if cur == nil && closing != nil {
-			syncedC = nil
-		}
 		select {
-		case j := <-jobs:
-			hearSynced()
-			cur = w.add(cur, j)
-			if inflight && s.batched.Load() >= ackMark {
-				early++
-			} else {
-				expect = max(expect-1, 0)
-			}
-		case b := <-syncedC:
-			onSynced(b)
-		case <-lingerC:
-			lingerC, expect = nil, 0
+		case <-c.wake:
+			s.lead(true)
 		case <-roRetry:
-			w.discardView()
+			c.mu.Lock()
+			if c.leading {
+				c.mu.Unlock()
+				continue // the leader tries at its next job
+			}
+			c.leading = true
+			c.mu.Unlock()
+			c.w.discardView()
 			if s.tryWritable() {
 				roRetry = nil
 			}
-		case <-closing:
-			closing = nil
-			for {
-				select {
-				case j := <-s.jobs:
-					hearSynced()
-					cur = w.add(cur, j)
-					continue
-				default:
-				}
-				break
+			c.mu.Lock()
+			s.release()
+		case <-s.closing:
+			// Close set closed first: no job is queued any more, and a
+			// caller leading now hands the lead here when it is done.
+			c.mu.Lock()
+			leading := c.leading
+			c.leading = true
+			c.mu.Unlock()
+			if leading {
+				<-c.wake
 			}
-		}
-	}
-}
-
-// indexQueue is how many acknowledged batches may wait for the indexer
-// before the syncer waits for it. It must cover the commits made during a
-// merge of the text index's delta, or every merge stalls a commit; a
-// search may in turn wait for that many batches to be indexed.
-const indexQueue = 32
-
-// applyIdle is how long the syncer keeps an acknowledged batch out of
-// badger while no next batch arrives. Readers do not wait for it: they ask
-// for the apply (wantApplied).
-const applyIdle = time.Millisecond
-
-// syncer makes each batch durable, acknowledges it and has it applied to
-// badger, then indexed.
-//
-// A batch is applied while the next one's frame is written, by an applier
-// goroutine, not right after its acknowledgement: at that moment the
-// acknowledged writers prepare their next puts, and an apply would hold
-// the core they need, while during a frame write the cores are otherwise
-// idle. With no frame to write beside it (a reader asked, nobody came
-// within applyIdle, a checkpoint, the close) the syncer applies the batch
-// itself: handing it to the applier then would only wake two goroutines
-// per batch for nothing to overlap. The syncer alone hands batches to the
-// indexer, each once badger took it, so they are indexed in the order
-// badger took them, and only once it has them.
-func (s *Store) syncer(in <-chan *batch, out chan<- *batch, done chan<- struct{}) {
-	toIndex := make(chan *batch, indexQueue)
-	indexerDone := make(chan struct{})
-	go s.indexer(toIndex, indexerDone)
-	applyIn, applyOut := make(chan *batch), make(chan error)
-	applierDone := make(chan struct{})
-	go func() {
-		defer close(applierDone)
-		for b := range applyIn {
-			applyOut <- s.applyLocked(b)
-		}
-	}()
-	// pending is acknowledged and not yet in badger. An apply answers
-	// every reader's request so far (applyNow): startApply hands pending
-	// to the applier and applied waits for it; applyPending applies it
-	// here.
-	var pending *batch
-	takeRequests := func() {
-		select {
-		case <-s.applyNow:
-		default:
-		}
-	}
-	startApply := func() {
-		takeRequests()
-		applyIn <- pending
-	}
-	finish := func(err error) {
-		if err != nil {
-			// The batch is durable in the log, which restores it at Open.
-			s.breakWith(err)
-		}
-		toIndex <- pending
-		pending = nil
-	}
-	applied := func() { finish(<-applyOut) }
-	applyPending := func() {
-		if pending != nil {
-			takeRequests()
-			finish(s.applyLocked(pending))
-		}
-	}
-	defer func() {
-		close(applyIn)
-		<-applierDone
-		close(toIndex)
-		<-indexerDone
-		close(done)
-	}()
-	idle := time.NewTimer(time.Hour)
-	idle.Stop()
-	var payload []byte
-	for {
-		var b *batch
-		ok := true
-		if pending == nil {
-			b, ok = <-in
-		} else {
-			idle.Reset(s.opts.hooks.idleApply())
-			select {
-			case b, ok = <-in:
-			case <-s.applyNow:
-			case <-idle.C:
-			}
-			idle.Stop()
-			if ok && b == nil { // a reader asked, or nobody came
-				applyPending()
-				continue
-			}
-		}
-		if !ok {
-			applyPending()
+			s.lead(true)
+			c.w.discardView()
+			s.indexIdle()
+			close(s.ix.stop)
+			<-s.ix.done
 			return
 		}
-		var err error
-		if len(b.ops) > 0 {
-			// Records stay where this frame puts them; badger gets pointers.
-			payload = payload[:0]
-			seg, at := s.log.seg, s.log.payloadOff()
-			for i := range b.ops {
-				op := &b.ops[i]
-				if !op.isRecordSet() {
-					payload = appendOp(payload, *op)
-					continue
-				}
-				var pos int
-				payload, pos = appendSet(payload, *op)
-				op.ptr = ptrTo(seg, at+int64(pos), op.val).encode()
-			}
-			if pending != nil {
-				startApply() // beside this frame's write
-			}
-			err = s.broken()
-			if err == nil {
-				err = s.log.append(payload)
-			}
-			if err == nil {
-				err = s.log.sync()
-			}
-			if pending != nil {
-				applied()
-			}
-			if err != nil && (errors.Is(err, errNoRoom) || noSpace(err)) {
-				// Out of space: the frame was not written, or its write
-				// failed where nothing acknowledged lies (frames are only
-				// ever written after the end of the last durable one, and
-				// off stays there), so the next frame is written in its
-				// place. The store refuses this batch and goes on.
-				var cause error
-				need := s.opts.reserve()
-				if nr := (*noRoomError)(nil); errors.As(err, &nr) {
-					need = nr.need
-				} else {
-					cause = err
-				}
-				err = s.diskFull(cause, need)
-				b.refused = err
-			} else if err != nil {
-				s.breakWith(err)
-			} else if s.full.Load() != nil {
-				s.full.Store(nil)
-				if s.opts.Logger != nil {
-					s.opts.Logger.Info("the store writes again: disk space is back", "path", s.dir)
-				}
-			}
-			if err != nil {
-				for i := range b.errs {
-					if b.errs[i] == nil {
-						b.errs[i] = fmt.Errorf("committing to store: %w", err)
-					}
-				}
-			}
-		} else {
-			applyPending()
-		}
-		b.write = err == nil && len(b.ops) > 0
-		// Durable: acknowledge now.
-		s.ackedSeq.Store(b.seq)
-		s.batches.Add(1)
-		s.batched.Add(int64(len(b.jobs)))
-		for i, j := range b.jobs {
-			j.done <- b.errs[i]
-		}
-		pending = b
-		// The batch is durable in the log already: its callers need not
-		// wait for badger's sync at a checkpoint.
-		if b.write && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint() {
-			applyPending()
-			if err := s.checkpoint(); noSpace(err) {
-				// Badger is not made durable, or no new segment is
-				// started: the frames since the mark stay to be applied
-				// again, as after a crash. Tried again at the next commit.
-				s.diskFull(err, s.opts.reserve())
-			} else if err != nil {
-				s.breakWith(err)
-			}
-		}
-		out <- b
 	}
 }
 
-// indexer runs the after functions of batches badger has taken, in commit
-// order, and reports each batch done to Search, Scan and Check (s.indexed).
-func (s *Store) indexer(in <-chan *batch, done chan<- struct{}) {
-	defer close(done)
-	// The records found at Open first: every later batch's index work
-	// (adds, and removals by forget, purge or quarantine) comes after.
+// release gives up the lead; it is called with c.mu held and unlocks it.
+func (s *Store) release() {
+	s.cm.leading = false
+	s.cm.mu.Unlock()
+}
+
+// lead commits queued jobs, one group per durable frame, while this
+// goroutine holds the lead. A caller (bg false) commits one group — its
+// own, with whatever was queued beside it — and hands the lead to the
+// writer goroutine if more is queued or a checkpoint is due, so no caller
+// waits for other callers' groups or for badger's sync; the writer
+// goroutine goes on until the queue is empty. Uncontended, a put is
+// written, synced and applied on its caller's goroutine with no hand-off;
+// contended, the jobs that arrive while one group syncs share the next
+// frame, so the number of puts per sync adapts to the load. A caller
+// that led then indexes its batch itself if the index is idle.
+func (s *Store) lead(bg bool) {
+	c := &s.cm
+	for {
+		if c.checkpointDue {
+			c.checkpointDue = false
+			s.checkpointNow()
+		}
+		c.mu.Lock()
+		c.group = c.take(c.group[:0], s.opts.MaxBatch)
+		c.mu.Unlock()
+		var b *batch
+		for _, j := range c.group {
+			b = c.w.add(b, j)
+		}
+		clear(c.group)
+		due := false
+		if b != nil {
+			s.commit(b, bg)
+			due = b.write && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint()
+		}
+		c.mu.Lock()
+		more := len(c.queue) > 0
+		if bg && (due || more) {
+			c.checkpointDue = due
+			c.mu.Unlock()
+			continue
+		}
+		// Once the store closes, the writer goroutine ends the work.
+		if !bg && (due || more || c.closed) {
+			c.checkpointDue = due
+			c.mu.Unlock()
+			c.wake <- struct{}{} // the lead passes to the writer goroutine
+			break
+		}
+		s.release()
+		break
+	}
+	if !bg {
+		s.indexOnce()
+	}
+}
+
+// take moves the next group from the queue into group: up to max jobs
+// and about maxBatchBytes, at least one if any is queued.
+func (c *commitState) take(group []*job, max int) []*job {
+	n, size := 0, 0
+	for n < len(c.queue) && n < max && size < maxBatchBytes {
+		size += c.queue[n].size
+		n++
+	}
+	group = append(group, c.queue[:n]...)
+	rest := copy(c.queue, c.queue[n:])
+	clear(c.queue[rest:])
+	c.queue = c.queue[:rest]
+	return group
+}
+
+// commit makes b durable as one log frame, acknowledges its jobs, applies
+// it to badger and queues it for the index. The jobs' callers are told
+// before the apply: they read through waitApplied, which waits for it.
+func (s *Store) commit(b *batch, bg bool) {
+	c := &s.cm
+	var err error
+	if len(b.ops) > 0 {
+		// Records stay where this frame puts them; badger gets pointers.
+		payload := c.payload[:0]
+		seg, at := s.log.seg, s.log.payloadOff()
+		for i := range b.ops {
+			op := &b.ops[i]
+			if !op.isRecordSet() {
+				payload = appendOp(payload, *op)
+				continue
+			}
+			var pos int
+			payload, pos = appendSet(payload, *op)
+			op.ptr = ptrTo(seg, at+int64(pos), op.val).encode()
+		}
+		c.payload = payload
+		err = s.broken()
+		if err == nil {
+			err = s.log.append(payload)
+		}
+		if err == nil {
+			err = s.log.sync()
+		}
+		if err != nil && (errors.Is(err, errNoRoom) || noSpace(err)) {
+			// Out of space: the frame was not written, or its write
+			// failed where nothing acknowledged lies (frames are only
+			// ever written after the end of the last durable one, and
+			// off stays there), so the next frame is written in its
+			// place. The store refuses this batch and goes on.
+			var cause error
+			need := s.opts.reserve()
+			if nr := (*noRoomError)(nil); errors.As(err, &nr) {
+				need = nr.need
+			} else {
+				cause = err
+			}
+			err = s.diskFull(cause, need)
+			b.refused = err
+		} else if err != nil {
+			s.breakWith(err)
+		} else if s.full.Load() != nil {
+			s.full.Store(nil)
+			if s.opts.Logger != nil {
+				s.opts.Logger.Info("the store writes again: disk space is back", "path", s.dir)
+			}
+		}
+		if err != nil {
+			for i := range b.errs {
+				if b.errs[i] == nil {
+					b.errs[i] = fmt.Errorf("committing to store: %w", err)
+				}
+			}
+		}
+	}
+	b.write = err == nil && len(b.ops) > 0
+	// Durable: acknowledge now.
+	s.ackedSeq.Store(b.seq)
+	s.batches.Add(1)
+	s.batched.Add(int64(len(b.jobs)))
+	for i, j := range b.jobs {
+		j.done <- b.errs[i]
+	}
+	if err := s.applyLocked(b); err != nil {
+		// The batch is durable in the log, which restores it at Open.
+		s.breakWith(err)
+	}
+	if b.refused != nil {
+		c.w.forget(b)
+	}
+	c.w.applied(b)
+	s.queueIndex(b, bg)
+}
+
+// checkpointNow runs a due checkpoint on the leader.
+func (s *Store) checkpointNow() {
+	if err := s.checkpoint(); noSpace(err) {
+		// Badger is not made durable, or no new segment is started: the
+		// frames since the mark stay to be applied again, as after a
+		// crash. Tried again at the next commit.
+		s.diskFull(err, s.opts.reserve())
+	} else if err != nil {
+		s.breakWith(err)
+	}
+}
+
+// indexQueue is how many batches badger took may wait for the index before
+// the leader waits for it. It must cover the commits made during a merge
+// of the text index's delta, or every merge stalls a commit; a search may
+// in turn wait for that many batches to be indexed.
+const indexQueue = 32
+
+// queueIndex queues b, which badger took, for the index, in commit order
+// (the leader calls it). The writer goroutine has the indexer run it if
+// idle; a caller that led runs it itself (indexOnce).
+func (s *Store) queueIndex(b *batch, bg bool) {
+	ix := &s.ix
+	ix.mu.Lock()
+	for len(ix.queue) >= indexQueue {
+		if !ix.busy {
+			ix.busy = true
+			ix.wake <- struct{}{}
+		}
+		ix.cond.Wait()
+	}
+	ix.queue = append(ix.queue, b)
+	if bg && !ix.busy {
+		ix.busy = true
+		ix.wake <- struct{}{}
+	}
+	ix.mu.Unlock()
+}
+
+// indexOnce indexes the next queued batch on the calling goroutine if no
+// other runs the index, and leaves the rest to the indexer goroutine: a
+// put that led its own commit is indexed with no hand-off.
+func (s *Store) indexOnce() {
+	ix := &s.ix
+	ix.mu.Lock()
+	if ix.busy || len(ix.queue) == 0 {
+		ix.mu.Unlock()
+		return
+	}
+	ix.busy = true
+	b := ix.pop()
+	ix.mu.Unlock()
+	s.index(b, false)
+	ix.mu.Lock()
+	if len(ix.queue) > 0 {
+		ix.wake <- struct{}{} // busy passes to the indexer goroutine
+	} else {
+		ix.busy = false
+		ix.cond.Broadcast()
+	}
+	ix.mu.Unlock()
+}
+
+// pop takes the first queued batch; called with mu held.
+func (ix *indexState) pop() *batch {
+	b := ix.queue[0]
+	n := copy(ix.queue, ix.queue[1:])
+	ix.queue[n] = nil
+	ix.queue = ix.queue[:n]
+	ix.cond.Broadcast()
+	return b
+}
+
+// indexer is the goroutine that runs the index when no caller does: first
+// the records found at Open (every later batch's index work, adds and
+// removals by forget, purge or quarantine, comes after), then whatever it
+// is woken for, until the queue is empty.
+func (s *Store) indexer() {
+	ix := &s.ix
+	defer close(ix.done)
 	for _, t := range s.loadedTexts {
 		s.idx.addTexts(t.key, t.at, t.group, t.texts)
 	}
 	s.loadedTexts = nil
 	close(s.textsLoaded)
-	for b := range in {
-		if b.applied {
-			for _, a := range b.afters {
-				if a != nil {
-					a()
-					// Index work can wait; writers woken by this batch's
-					// acknowledgement cannot. Yielding after each record
-					// lets them prepare the next batch first.
+	for {
+		ix.mu.Lock()
+		if len(ix.queue) == 0 {
+			ix.busy = false
+			ix.cond.Broadcast()
+			ix.mu.Unlock()
+			select {
+			case <-ix.wake:
+				continue
+			case <-ix.stop:
+				return
+			}
+		}
+		b := ix.pop()
+		ix.mu.Unlock()
+		s.index(b, true)
+	}
+}
+
+// indexIdle waits until every queued batch is indexed.
+func (s *Store) indexIdle() {
+	ix := &s.ix
+	ix.mu.Lock()
+	for ix.busy || len(ix.queue) > 0 {
+		if !ix.busy {
+			ix.busy = true
+			ix.wake <- struct{}{}
+		}
+		ix.cond.Wait()
+	}
+	ix.mu.Unlock()
+}
+
+// index runs the after functions of a batch badger has taken and reports
+// it done to Search, Scan and Check (s.indexed).
+func (s *Store) index(b *batch, yield bool) {
+	if b.applied {
+		for _, a := range b.afters {
+			if a != nil {
+				a()
+				if yield {
+					// Index work can wait; writers woken by this
+					// batch's acknowledgement cannot. Yielding after
+					// each record lets them prepare the next batch
+					// first.
 					runtime.Gosched()
 				}
 			}
 		}
-		s.indexed.advance(b.seq)
 	}
+	s.indexed.advance(b.seq)
 }
 
 // applyLocked writes a batch that is durable in the log into badger (if
@@ -697,7 +726,6 @@ func (s *Store) waitApplied(ctx context.Context) error {
 	if s.appliedSeq.Load() >= acked {
 		return nil
 	}
-	s.wantApplied()
 	return s.applied.wait(ctx, acked)
 }
 
@@ -707,11 +735,7 @@ func (s *Store) waitIndexed(ctx context.Context) error {
 	if err := s.waitTextsLoaded(ctx); err != nil {
 		return err
 	}
-	acked := s.ackedSeq.Load()
-	if s.appliedSeq.Load() < acked {
-		s.wantApplied()
-	}
-	return s.indexed.wait(ctx, acked)
+	return s.indexed.wait(ctx, s.ackedSeq.Load())
 }
 
 // TextsLoaded is closed once the text index holds the records found at
@@ -726,15 +750,6 @@ func (s *Store) waitTextsLoaded(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// wantApplied asks the syncer to apply an acknowledged batch now rather
-// than beside the next frame write.
-func (s *Store) wantApplied() {
-	select {
-	case s.applyNow <- struct{}{}:
-	default:
 	}
 }
 
@@ -903,19 +918,21 @@ func (s *Store) submitOne(ctx context.Context, j *job) error {
 
 // submit queues jobs and waits until each has been committed or failed,
 // returning each job's outcome. A call-level error (closed, cancelled) means
-// some outcomes are unknown: those jobs may still commit later.
+// some outcomes are unknown: those jobs may still commit later. A caller
+// that finds nobody leading commits the queue itself (lead).
 func (s *Store) submit(ctx context.Context, jobs []*job) ([]error, error) {
-	if s.closed.Load() {
+	c := &s.cm
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	for _, j := range jobs {
-		select {
-		case s.jobs <- j:
-		case <-s.closing:
-			return nil, ErrClosed
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	c.queue = append(c.queue, jobs...)
+	lead := !c.leading
+	c.leading = true
+	c.mu.Unlock()
+	if lead {
+		s.lead(false)
 	}
 	errs := make([]error, len(jobs))
 	for i, j := range jobs {
@@ -923,12 +940,6 @@ func (s *Store) submit(ctx context.Context, jobs []*job) ([]error, error) {
 		case errs[i] = <-j.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-s.wdone:
-			select {
-			case errs[i] = <-j.done:
-			default:
-				return nil, ErrClosed
-			}
 		}
 	}
 	return errs, nil
@@ -1043,7 +1054,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			for _, k := range ikeys {
 				t.set(k, nil)
 			}
-			t.w.known[rec.Key] = struct{}{}
+			t.w.know(rec.Key)
 			setAnnexes(t, rec.Key, annexes)
 			t.b.newKeys = append(t.b.newKeys, rec.Key)
 			r.Record = rec

@@ -23,9 +23,12 @@ import (
 // sized for a burst of several thousand records; whatever still drops is
 // recovered by catch-up.
 const (
-	validateQueue = 8192 // messages waiting for a validator goroutine
-	validateConc  = 4096 // validations in flight; beyond, GossipSub drops ("validation throttled")
-	outboundQueue = 8192 // per-peer RPCs waiting to be written
+	validateQueue = 8192 // messages waiting for a validation worker
+	// validateWorkers are GossipSub's validation goroutines, each running
+	// the validator inline: the validations in flight, each of which may
+	// wait for its record's group commit; beyond them messages queue.
+	validateWorkers = 64
+	outboundQueue   = 8192 // per-peer RPCs waiting to be written
 	// unadmittedScore keeps a peer that has not handshaken into our group
 	// below the gossip and publish thresholds, above the graylist.
 	unadmittedScore = -600
@@ -200,6 +203,7 @@ func (m *Mesh) startGossip() (*gossipSub, error) {
 		// Must follow WithPeerScore, which creates the scorer it inspects.
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(m.scores.set), scoreInterval),
 		pubsub.WithValidateQueueSize(validateQueue),
+		pubsub.WithValidateWorkers(validateWorkers),
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 		pubsub.WithMaxMessageSize(cmb.MaxFrameSize+groupkey.Overhead+64<<10),
 		// pubsub warns per message about things that are routine under
@@ -211,7 +215,7 @@ func (m *Mesh) startGossip() (*gossipSub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gossip: %w", err)
 	}
-	if err := ps.RegisterTopicValidator(topicName, m.validate, pubsub.WithValidatorConcurrency(validateConc)); err != nil {
+	if err := ps.RegisterTopicValidator(topicName, m.validate, pubsub.WithValidatorInline(true)); err != nil {
 		return nil, fmt.Errorf("start gossip: validator: %w", err)
 	}
 	topic, err := ps.Join(topicName)
@@ -238,10 +242,11 @@ func (m *Mesh) startGossip() (*gossipSub, error) {
 // forwards them nor keeps them in its cache.
 //
 // Storing here, rather than handing the record on to store workers, spares
-// each record two goroutine hand-offs; the validator runs asynchronously,
-// one goroutine per message, so records stored at once share the store's
-// group commit as the workers' did. A record is relayed once it is
-// durable here.
+// each record two goroutine hand-offs. The validator runs inline on
+// GossipSub's validation workers (validateWorkers), not on a goroutine
+// started per message, which would be one more hand-off per record;
+// records the workers store at once share the store's group commit. A
+// record is relayed once it is durable here.
 //
 // A private group's message is a groupkey envelope (KindGossip) around the
 // cmb frame, sealed with a random nonce: the same record published twice
@@ -333,10 +338,10 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 const validatorStack = 16 << 10
 
 // growStack gives the calling goroutine room for validatorStack at once.
-// GossipSub runs each message's validator on a new goroutine, whose stack
-// starts small; grown on demand, it is doubled and copied several times
-// deep in the pipeline, each copy walking and adjusting every frame above
-// it. Grown here, at the top, it is copied once, with few frames.
+// A validation worker's stack starts small, and the runtime may shrink it
+// again at a collection; grown on demand, it is doubled and copied several
+// times deep in the pipeline, each copy walking and adjusting every frame
+// above it. Grown here, at the top, it is copied once, with few frames.
 //
 //go:noinline
 func growStack(i int) byte {
