@@ -71,13 +71,10 @@ func AddressV1(texts *[NumFields]string, parents []string, receiver string) stri
 	bp := preimages.Get().(*[]byte)
 	buf := append((*bp)[:0], addrTag...)
 	for i := range texts {
-		// Skip building a normalised copy when the text is already NFC, the
-		// common case, keeping the address off the allocator.
-		if s := texts[i]; norm.NFC.IsNormalString(s) {
-			buf = AppendLP(buf, s)
-		} else {
-			buf = AppendLP(buf, norm.NFC.String(s))
-		}
+		// norm's String returns a text already in NFC (the common case)
+		// as it is, allocating nothing; its IsNormalString allocates on
+		// every call.
+		buf = AppendLP(buf, norm.NFC.String(texts[i]))
 	}
 	if len(parents) == 0 {
 		buf = AppendLP(buf, "root")
