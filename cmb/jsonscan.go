@@ -95,6 +95,17 @@ func eachMember(raw []byte, fn func(name string, v []byte)) {
 	}
 }
 
+// StringValue is raw, a valid JSON value (a member ObjectMembers gave),
+// decoded as json.Unmarshal into a string decodes it, if it is a string;
+// ok is false for any other value. A string without escapes, valid UTF-8,
+// costs a copy and no reflection.
+func StringValue(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	return unquote(raw), true
+}
+
 // unquote is the valid JSON string q decoded as json.Unmarshal decodes it.
 // Most strings have no escape and are valid UTF-8: their bytes are the text.
 func unquote(q []byte) string {

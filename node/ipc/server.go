@@ -1188,7 +1188,7 @@ func (c *conn) process(msg []byte) bool {
 	if raw, ok := m["type"]; !ok {
 		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
 		return true
-	} else if json.Unmarshal(raw, &typ) != nil || typ == "" {
+	} else if typ, _ = cmb.StringValue(raw); typ == "" {
 		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
 		return true
 	}
@@ -1199,9 +1199,27 @@ func (c *conn) process(msg []byte) bool {
 	size := len(msg)
 	c.hold(size)
 	piped := id == nil && (typ == TypeRemember || typ == TypePublish)
+	if !piped {
+		c.flushPipe()
+	}
+	if id == nil && !(piped && c.piped > 0) {
+		c.inflight.Wait()
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.dead:
+		c.release(size)
+		return false
+	}
 	// A piped request's reply waits for the one before it (prev) and
-	// lets the next go (done).
+	// lets the next go (done). Both are set before run is made, which
+	// then captures their values, not the variables.
 	var prev, done chan struct{}
+	if piped {
+		prev, done = c.pipeTail, make(chan struct{})
+		c.pipeTail = done
+		c.piped++
+	}
 	run := func() {
 		defer func() { <-c.sem; c.inflight.Done(); c.release(size) }()
 		if done != nil {
@@ -1221,23 +1239,6 @@ func (c *conn) process(msg []byte) bool {
 		if reply != nil {
 			c.send(reply)
 		}
-	}
-	if !piped {
-		c.flushPipe()
-	}
-	if id == nil && !(piped && c.piped > 0) {
-		c.inflight.Wait()
-	}
-	select {
-	case c.sem <- struct{}{}:
-	case <-c.dead:
-		c.release(size)
-		return false
-	}
-	if piped {
-		prev, done = c.pipeTail, make(chan struct{})
-		c.pipeTail = done
-		c.piped++
 	}
 	c.inflight.Add(1)
 	c.srv.sched.submit(c.q, run)
