@@ -513,6 +513,8 @@ type conn struct {
 	// the channel closed once the last of them has queued its reply.
 	piped    int
 	pipeTail chan struct{}
+	// probe asks the socket whether more input waits (runHere).
+	probe inputProbe
 }
 
 // hold counts n bytes held for c; over the server's budget, the client
@@ -1241,11 +1243,29 @@ func (c *conn) process(msg []byte) bool {
 		}
 	}
 	c.inflight.Add(1)
-	c.srv.sched.submit(c.q, run)
+	if !c.runHere(typ, id == nil && !piped) || !c.srv.sched.runIdle(c.q, run) {
+		c.srv.sched.submit(c.q, run)
+	}
 	if id == nil && !piped {
 		c.inflight.Wait()
 	}
 	return true
+}
+
+// runHere says whether the reader may run a request itself, if a worker's
+// place is free (sched.runIdle), rather than hand it to a worker: while it
+// runs, nothing more is read from the connection. That is so anyway for a
+// request the reader waits for (waits). A remember or publish (bounded by
+// one commit) may also run here when nothing more has arrived: one that
+// came behind it would wait to be read, not run beside it, so a client
+// that sends several at once still has them share commits. Slower
+// requests always go to a worker, so a quick one sent after them is
+// answered first.
+func (c *conn) runHere(typ string, waits bool) bool {
+	if waits {
+		return true
+	}
+	return (typ == TypeRemember || typ == TypePublish) && c.br.Buffered() == 0 && !c.inputWaiting()
 }
 
 // decodeMessage is json.Unmarshal of msg into a message, with one scan
