@@ -65,19 +65,26 @@ var addrTag = []byte("mmp-cmb-v1\n")
 // parent set and the remixing node (receiver = the remix's createdBy, §14 A2).
 // Texts are NFC-normalised here, so callers may pass wire text as received.
 func AddressV1(texts *[NumFields]string, parents []string, receiver string) string {
+	return addressV1(texts, parents, receiver, false)
+}
+
+// addressV1 is AddressV1; normalised says the texts are NFC already (Build
+// made them so), and are not scanned again.
+func addressV1(texts *[NumFields]string, parents []string, receiver string, normalised bool) string {
 	// The preimage is built in a recycled buffer, not on the stack: a
 	// gossip validator runs on a fresh goroutine per message, whose stack
 	// a 4 KB frame here made grow (and be copied) for every record.
 	bp := preimages.Get().(*[]byte)
 	buf := append((*bp)[:0], addrTag...)
 	for i := range texts {
-		// Skip building a normalised copy when the text is already NFC, the
-		// common case, keeping the address off the allocator.
-		if s := texts[i]; norm.NFC.IsNormalString(s) {
-			buf = AppendLP(buf, s)
-		} else {
-			buf = AppendLP(buf, norm.NFC.String(s))
+		// norm's String returns a text already in NFC (the common case)
+		// as it is, allocating nothing; its IsNormalString allocates on
+		// every call.
+		t := texts[i]
+		if !normalised {
+			t = norm.NFC.String(t)
 		}
+		buf = AppendLP(buf, t)
 	}
 	if len(parents) == 0 {
 		buf = AppendLP(buf, "root")

@@ -71,7 +71,7 @@ func Build(d Draft, priv ed25519.PrivateKey) (*Record, error) {
 		}
 	}
 	texts := r.Fields.Texts()
-	r.Key = AddressV1(&texts, r.Parents(), r.CreatedBy)
+	r.Key = addressV1(&texts, r.Parents(), r.CreatedBy, true)
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}

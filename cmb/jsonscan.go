@@ -83,7 +83,7 @@ func eachMember(raw []byte, fn func(name string, v []byte)) {
 	i := skipSpace(raw, 1)
 	for i < len(raw) && raw[i] == '"' {
 		end := skipString(raw, i)
-		name := unquote(raw[i:end])
+		name := memberName(raw[i:end])
 		i = skipSpace(raw, end)
 		i = skipSpace(raw, i+1) // the colon
 		vend := skipValue(raw, i)
@@ -94,6 +94,48 @@ func eachMember(raw []byte, fn func(name string, v []byte)) {
 		}
 	}
 }
+
+// StringValue is raw, a valid JSON value (a member ObjectMembers gave),
+// decoded as json.Unmarshal into a string decodes it, if it is a string;
+// ok is false for any other value. A string without escapes, valid UTF-8,
+// costs a copy and no reflection.
+func StringValue(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	return unquote(raw), true
+}
+
+// memberName is the member name q (a valid JSON string) decoded: one of
+// the names records, their fields, frames and socket requests use is
+// that name's constant, so decoding a record does not allocate its two
+// dozen member names again; any other name is unquoted.
+func memberName(q []byte) string {
+	if s, ok := knownNames[string(q[1:len(q)-1])]; ok {
+		return s
+	}
+	return unquote(q)
+}
+
+// knownNames is read only.
+var knownNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range FieldNames {
+		m[n] = n
+	}
+	for _, n := range []string{
+		// a record, its lineage and its sealed form
+		"key", "createdBy", "createdAt", "group", "to", "fields", "lineage", "parents", "ancestors",
+		"method", "sig", "sigAlg", "tether", "_e2e",
+		// a field
+		"text", "vector", "valence", "arousal",
+		// frames and socket requests
+		"type", "id", "cmb", "timestamp", "publicKey", "e2ePublicKey", "directed", "nodeId", "name", "version",
+	} {
+		m[n] = n
+	}
+	return m
+}()
 
 // unquote is the valid JSON string q decoded as json.Unmarshal decodes it.
 // Most strings have no escape and are valid UTF-8: their bytes are the text.

@@ -153,3 +153,17 @@ func TestMarshalCMBFrameMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// StringValue decodes what json.Unmarshal into a string decodes, and
+// refuses every other value.
+func TestStringValueIsUnmarshal(t *testing.T) {
+	for _, raw := range []string{`"remember"`, `""`, `"caf\u00e9 \"q\" \\ \n"`, "\"bad \xff byte\"", `"snow ☃"`,
+		`null`, `5`, `-1.5e3`, `true`, `{"a":"b"}`, `["x"]`} {
+		var want string
+		wantOK := raw[0] == '"' && json.Unmarshal([]byte(raw), &want) == nil
+		got, ok := StringValue([]byte(raw))
+		if ok != wantOK || got != want {
+			t.Errorf("StringValue(%q) = %q, %v; json.Unmarshal gives %q, %v", raw, got, ok, want, wantOK)
+		}
+	}
+}

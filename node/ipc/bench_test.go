@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,6 +17,7 @@ func BenchmarkRememberRoundTrip(b *testing.B) {
 	ctx := ctxT(b)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	u0 := usage(b)
 	for i := range b.N {
 		t0 := time.Now()
 		if _, err := c.Remember(ctx, RememberArgs{Fields: map[string]any{"focus": fmt.Sprint("round trip ", i)}}); err != nil {
@@ -24,10 +26,29 @@ func BenchmarkRememberRoundTrip(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	u1 := usage(b)
+	b.ReportMetric(float64((u1.cpu-u0.cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(u1.switches-u0.switches)/float64(b.N), "switches/op")
 	slices.Sort(lat)
 	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// rusage is the process's CPU time (user and system) and context
+// switches (voluntary and not) so far: client and server together, which
+// is what a paired comparison of the server's changes needs.
+type rusage struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func usage(b *testing.B) rusage {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return rusage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), switches: int64(ru.Nvcsw + ru.Nivcsw)}
 }
 
 // BenchmarkRememberSustained is sixteen clients remembering at once, each

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node"
 )
 
@@ -192,8 +193,14 @@ func validID(raw json.RawMessage) bool {
 	}
 	switch c := raw[0]; {
 	case c == '"':
-		var s string
-		return json.Unmarshal(raw, &s) == nil && len(s) <= 256
+		// A member of a valid message: a string. Decoded, each byte of its
+		// quoted form gives at most three (an invalid byte becomes U+FFFD),
+		// so a short one needs no decoding.
+		if 3*(len(raw)-2) <= 256 {
+			return true
+		}
+		s, _ := cmb.StringValue(raw)
+		return len(s) <= 256
 	case c == '-' || (c >= '0' && c <= '9'):
 		// A member of a valid message (decodeMessage) that starts so is a
 		// JSON number.

@@ -18,12 +18,14 @@ import (
 // its jobs wait until the client reads.
 //
 // Invariant: a connection is in the heap exactly when it has queued jobs
-// and is not parked (q.idx >= 0).
+// and is not parked (q.idx >= 0). At most n jobs run at once (busy),
+// whether on a worker or on the caller of runIdle.
 type sched struct {
 	mu      sync.Mutex
 	ready   schedHeap
 	vnow    time.Duration
 	work    *sync.Cond
+	n, busy int
 	stopped bool
 	wg      sync.WaitGroup
 }
@@ -53,7 +55,7 @@ func (q *fairQ) key() time.Duration {
 func (q *fairQ) cost() time.Duration { return max(q.avg, 50*time.Microsecond) }
 
 func newSched(workers int) *sched {
-	s := &sched{}
+	s := &sched{n: workers}
 	s.work = sync.NewCond(&s.mu)
 	for range workers {
 		s.wg.Go(s.worker)
@@ -119,7 +121,7 @@ func (s *sched) take(q *fairQ) []func() {
 func (s *sched) worker() {
 	s.mu.Lock()
 	for {
-		for len(s.ready) == 0 && !s.stopped {
+		for (len(s.ready) == 0 || s.busy >= s.n) && !s.stopped {
 			s.work.Wait()
 		}
 		if s.stopped {
@@ -136,25 +138,56 @@ func (s *sched) worker() {
 		job := q.jobs[0]
 		q.jobs[0] = nil
 		q.jobs = q.jobs[1:]
-		s.vnow = q.vstart
-		q.running++
-		charged := q.cost()
-		q.vstart += charged
 		if len(q.jobs) > 0 {
 			heap.Push(&s.ready, q)
 			s.work.Signal()
 		}
+		s.runLocked(q, job)
+	}
+}
+
+// runIdle runs job for q on the caller's goroutine, and reports true, when
+// it would go to a worker at once: q has nothing queued or running and is
+// not parked, no other connection waits, and a worker's place is free. It
+// is charged and counted as a worker's job. Handed to a worker instead,
+// the job would cost a goroutine wake-up, while its caller waits for its
+// next message anyway; and when the other P is idle, the runtime wakes a
+// thread to spin for it (wakep), unless the job's own next hand-off (the
+// store's, if its commit is not made on the caller) would wake one anyway.
+func (s *sched) runIdle(q *fairQ, job func()) bool {
+	s.mu.Lock()
+	if s.stopped || len(s.ready) > 0 || s.busy >= s.n || len(q.jobs) > 0 || q.running > 0 || q.parked || q.idx >= 0 || q.c.repliesWait() {
 		s.mu.Unlock()
-		t0 := time.Now()
-		job()
-		d := time.Since(t0)
-		s.mu.Lock()
-		q.avg = (3*q.avg + d) / 4
-		q.vstart += d - charged
-		q.running--
-		if q.idx >= 0 {
-			heap.Fix(&s.ready, q.idx)
-		}
+		return false
+	}
+	q.vstart = min(max(q.vstart, s.vnow), s.vnow+q.cost()) // as submit starts an idle connection
+	s.runLocked(q, job)
+	if len(s.ready) > 0 {
+		s.work.Signal() // a worker may wait for the place this job held
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// runLocked runs q's next job, called and returning with s.mu held, which
+// it lets go while the job runs.
+func (s *sched) runLocked(q *fairQ, job func()) {
+	s.vnow = q.vstart
+	q.running++
+	s.busy++
+	charged := q.cost()
+	q.vstart += charged
+	s.mu.Unlock()
+	t0 := time.Now()
+	job()
+	d := time.Since(t0)
+	s.mu.Lock()
+	q.avg = (3*q.avg + d) / 4
+	q.vstart += d - charged
+	q.running--
+	s.busy--
+	if q.idx >= 0 {
+		heap.Fix(&s.ready, q.idx)
 	}
 }
 

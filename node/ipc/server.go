@@ -513,6 +513,8 @@ type conn struct {
 	// the channel closed once the last of them has queued its reply.
 	piped    int
 	pipeTail chan struct{}
+	// probe asks the socket whether more input waits (runHere).
+	probe inputProbe
 }
 
 // hold counts n bytes held for c; over the server's budget, the client
@@ -1188,7 +1190,7 @@ func (c *conn) process(msg []byte) bool {
 	if raw, ok := m["type"]; !ok {
 		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "missing member \"type\"")))
 		return true
-	} else if json.Unmarshal(raw, &typ) != nil || typ == "" {
+	} else if typ, _ = cmb.StringValue(raw); typ == "" {
 		c.sendInOrder(encodeError("", id, Errorf(CodeBadRequest, "type must be a non-empty string")))
 		return true
 	}
@@ -1199,9 +1201,27 @@ func (c *conn) process(msg []byte) bool {
 	size := len(msg)
 	c.hold(size)
 	piped := id == nil && (typ == TypeRemember || typ == TypePublish)
+	if !piped {
+		c.flushPipe()
+	}
+	if id == nil && !(piped && c.piped > 0) {
+		c.inflight.Wait()
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.dead:
+		c.release(size)
+		return false
+	}
 	// A piped request's reply waits for the one before it (prev) and
-	// lets the next go (done).
+	// lets the next go (done). Both are set before run is made, which
+	// then captures their values, not the variables.
 	var prev, done chan struct{}
+	if piped {
+		prev, done = c.pipeTail, make(chan struct{})
+		c.pipeTail = done
+		c.piped++
+	}
 	run := func() {
 		defer func() { <-c.sem; c.inflight.Done(); c.release(size) }()
 		if done != nil {
@@ -1222,29 +1242,30 @@ func (c *conn) process(msg []byte) bool {
 			c.send(reply)
 		}
 	}
-	if !piped {
-		c.flushPipe()
-	}
-	if id == nil && !(piped && c.piped > 0) {
-		c.inflight.Wait()
-	}
-	select {
-	case c.sem <- struct{}{}:
-	case <-c.dead:
-		c.release(size)
-		return false
-	}
-	if piped {
-		prev, done = c.pipeTail, make(chan struct{})
-		c.pipeTail = done
-		c.piped++
-	}
 	c.inflight.Add(1)
-	c.srv.sched.submit(c.q, run)
+	if !c.runHere(typ, id == nil && !piped) || !c.srv.sched.runIdle(c.q, run) {
+		c.srv.sched.submit(c.q, run)
+	}
 	if id == nil && !piped {
 		c.inflight.Wait()
 	}
 	return true
+}
+
+// runHere says whether the reader may run a request itself, if a worker's
+// place is free (sched.runIdle), rather than hand it to a worker: while it
+// runs, nothing more is read from the connection. That is so anyway for a
+// request the reader waits for (waits). A remember or publish (bounded by
+// one commit) may also run here when nothing more has arrived: one that
+// came behind it would wait to be read, not run beside it, so a client
+// that sends several at once still has them share commits. Slower
+// requests always go to a worker, so a quick one sent after them is
+// answered first.
+func (c *conn) runHere(typ string, waits bool) bool {
+	if waits {
+		return true
+	}
+	return (typ == TypeRemember || typ == TypePublish) && c.br.Buffered() == 0 && !c.inputWaiting()
 }
 
 // decodeMessage is json.Unmarshal of msg into a message, with one scan
