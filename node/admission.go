@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,14 +97,11 @@ type admission struct {
 	hashedID        string // hashed.Kernel().ID, made once
 
 	vecs anchorVectors // hashed counts of anchors, by key
-	// scratches (*hashScratch) and slabs ([]float64) are judge's working
-	// memory, recycled: a judgement's vectors are about 150 KB (the
-	// record's seven dense 512-dimension fields, ten anchors' nonzero
-	// entries), and Evaluate keeps none of them.
-	scratches, slabs sync.Pool
-	// sparse (*[]map[string]svaf.Sparse) are the anchors' field maps,
-	// recycled the same way, cleared.
-	sparse sync.Pool
+	// works (*hashedWork) are evaluate's working memory, recycled: about
+	// 90 KB at 512 dimensions (the record's seven fields dense and their
+	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
+	// vectors), of which nothing outlives a judgement.
+	works sync.Pool
 
 	mu       sync.RWMutex
 	verdicts map[string]verdictRecord
@@ -221,11 +219,9 @@ func (n *Node) isAnchor(key string) bool {
 func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 	out := make(map[string]string, cmb.NumFields)
 	for i, name := range cmb.FieldNames {
-		t := strings.TrimSpace(texts[i])
-		if t == "" || strings.EqualFold(t, "neutral") {
-			continue
+		if t, ok := evaluableText(texts[i]); ok {
+			out[name] = t
 		}
-		out[name] = t
 	}
 	return out
 }
@@ -383,15 +379,14 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 // evaluate judges rec, with texts, at now against the anchors kts and
 // returns the verdict with the annexes to store beside the record.
 func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]string, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
+	w := n.adm.work()
+	defer n.adm.works.Put(w)
 	anchors := make([]svaf.Anchor, 0, len(kts))
 	// An anchor whose hashed counts are cached needs no read: its texts
 	// only ever make those counts.
-	anchorTexts := make([]map[string]string, 0, len(kts))
-	cached := make([]hashedRecord, 0, len(kts))
-	hit := make([]bool, 0, len(kts))
+	w.hrs, w.missed = w.hrs[:0], w.missed[:0]
 	for _, kt := range kts {
 		hr, ok := n.adm.vecs.get(kt.Key)
-		var at map[string]string
 		if !ok {
 			r, err := n.st.GetLineage(ctx, kt.Key)
 			if errors.Is(err, store.ErrNotFound) {
@@ -400,42 +395,29 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 			if err != nil {
 				return verdictRecord{}, nil, fmt.Errorf("svaf anchor %s: %w", kt.Key, err)
 			}
-			at = fieldTexts(r.Texts)
+			w.missed = append(w.missed, missedAnchor{at: len(anchors), texts: r.Texts})
 		}
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
-		anchorTexts, cached, hit = append(anchorTexts, at), append(cached, hr), append(hit, ok)
-	}
-	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
-	if in == nil {
-		kernel = n.adm.hashedID
-		dim := n.adm.hashed.Dim
-		scratch := n.adm.scratch(dim)
-		hin := hashFields(n.adm.hashed, texts, scratch)
-		// The record is the next one's newest anchor, most likely.
-		n.adm.vecs.put(rec.Key, hin)
-		size := len(hin) * dim
-		for i := range anchors {
-			if !hit[i] {
-				cached[i] = hashFields(n.adm.hashed, anchorTexts[i], scratch)
-				n.adm.vecs.put(anchors[i].Key, cached[i])
-			}
-			size += cached[i].slabSize(dim)
-		}
-		n.adm.scratches.Put(scratch)
-		slab := n.adm.slab(size)
-		defer n.adm.slabs.Put(slab)
-		in = hin.vectors(*slab, dim)
-		rest := (*slab)[len(hin)*dim:]
-		maps := n.adm.sparseMaps(len(anchors))
-		defer n.adm.sparse.Put(maps)
-		for i := range anchors {
-			anchors[i].Sparse = (*maps)[i]
-			rest = cached[i].anchor(&anchors[i], rest, dim)
-		}
+		w.hrs = append(w.hrs, hr)
 	}
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.
 	age := max(now.Sub(time.UnixMilli(rec.CreatedAt)), 0)
-	v := svaf.Evaluate(n.adm.cfg, in, anchors, age)
+	var v svaf.Verdict
+	in, kernel, dense := n.denseVectorsFor(ctx, texts, anchors)
+	if in != nil {
+		v = svaf.Evaluate(n.adm.cfg, in, anchors, age)
+	} else {
+		kernel = n.adm.hashedID
+		all := rec.Fields.Texts()
+		hin := hashFields(n.adm.hashed, &all, w.sc)
+		// The record is the next one's newest anchor, most likely.
+		n.adm.vecs.put(rec.Key, hin)
+		for _, m := range w.missed {
+			w.hrs[m.at] = hashFields(n.adm.hashed, &m.texts, w.sc)
+			n.adm.vecs.put(anchors[m.at].Key, w.hrs[m.at])
+		}
+		v = w.judge(n.adm.cfg, hin, anchors, age)
+	}
 	out := verdictRecord{Decision: v.Decision, Drift: round9(v.TotalDrift), Kernel: kernel, At: now.UnixMilli()}
 	if v.Decision == svaf.Redundant {
 		out.Nearest = v.Nearest
@@ -450,36 +432,78 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 	return out, annexes, nil
 }
 
-// scratch is hashFields's working memory for dim.
-func (a *admission) scratch(dim int) *hashScratch {
-	if p, ok := a.scratches.Get().(*hashScratch); ok && len(p.counts) == dim {
-		return p
-	}
-	return newHashScratch(dim)
+// hashedWork is evaluate's working memory in the hashed kernel.
+type hashedWork struct {
+	sc     *hashScratch
+	ev     svaf.Evaluator
+	hrs    []hashedRecord // the anchors', by anchor
+	missed []missedAnchor // the anchors not cached
+	pos    []int          // judge's place in each anchor's fields
+	fields []svaf.Field
+	of     []svaf.Sparse // the fields' anchor vectors
+	x      []float64     // the record's vectors, dense
+	vals   []float64     // the anchors' values not kept (hashedField.sparse)
 }
 
-// sparseMaps are n empty maps for anchors' sparse fields.
-func (a *admission) sparseMaps(n int) *[]map[string]svaf.Sparse {
-	p, _ := a.sparse.Get().(*[]map[string]svaf.Sparse)
-	if p == nil {
-		p = new([]map[string]svaf.Sparse)
-	}
-	for i := range *p {
-		clear((*p)[i]) // they hold the last judgement's slab
-	}
-	for len(*p) < n {
-		*p = append(*p, make(map[string]svaf.Sparse, cmb.NumFields))
-	}
-	return p
+// missedAnchor is an anchor whose counts were not cached, with its texts.
+type missedAnchor struct {
+	at    int
+	texts [cmb.NumFields]string
 }
 
-// slab is a buffer of at least n float64s, for hashedRecord.vectors.
-func (a *admission) slab(n int) *[]float64 {
-	if p, ok := a.slabs.Get().(*[]float64); ok && len(*p) >= n {
-		return p
+// work is evaluate's working memory for the hashed kernel's dim.
+func (a *admission) work() *hashedWork {
+	if w, ok := a.works.Get().(*hashedWork); ok && len(w.sc.counts) == a.hashed.Dim {
+		return w
 	}
-	b := make([]float64, n)
-	return &b
+	return &hashedWork{sc: newHashScratch(a.hashed.Dim)}
+}
+
+// judge evaluates the record of counts hin against anchors, whose counts
+// are w.hrs: each field's vectors go to SVAF as they are cached, only the
+// record's own made dense.
+func (w *hashedWork) judge(c svaf.Config, hin hashedRecord, anchors []svaf.Anchor, age time.Duration) svaf.Verdict {
+	n := len(anchors)
+	size := 0
+	for _, f := range hin {
+		size += f.vec.Dim
+	}
+	w.x = slices.Grow(w.x[:0], size)[:size]
+	w.of = slices.Grow(w.of[:0], len(hin)*n)[:len(hin)*n]
+	vals := 0 // the values of fields not kept expanded
+	for _, hr := range w.hrs {
+		for k := range hr {
+			vals += hr[k].values()
+		}
+	}
+	w.vals = slices.Grow(w.vals[:0], vals)[:vals]
+	buf := w.vals
+	w.pos = slices.Grow(w.pos[:0], n)[:n]
+	clear(w.pos)
+	w.fields = w.fields[:0]
+	x := w.x
+	for k := range hin {
+		f := &hin[k]
+		fx := x[:f.vec.Dim:f.vec.Dim]
+		x = x[f.vec.Dim:]
+		f.dense(fx)
+		of := w.of[k*n : (k+1)*n : (k+1)*n]
+		// The record's fields and each anchor's are both in name order.
+		for i, hr := range w.hrs {
+			of[i] = svaf.Sparse{}
+			p := w.pos[i]
+			for p < len(hr) && fieldRank[hr[p].field] < fieldRank[f.field] {
+				p++
+			}
+			if p < len(hr) && hr[p].field == f.field {
+				of[i], buf = hr[p].sparse(buf)
+				p++
+			}
+			w.pos[i] = p
+		}
+		w.fields = append(w.fields, svaf.Field{Name: cmb.FieldNames[f.field], X: fx, XX: f.vec.NN, Anchors: of})
+	}
+	return w.ev.Evaluate(c, w.fields, anchors, age)
 }
 
 func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }

@@ -2,211 +2,236 @@ package node
 
 import (
 	"math"
+	"strings"
 	"sync"
 
+	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node/embed"
 	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
-// hashedField is one evaluable field in the hashed kernel, kept compact:
-// its signed n-gram counts (embed.Hashed.Counts) and the inverse of their
-// L2 norm. Expanded, a count c is float64(float32(c×inv)): exactly what
-// embed.Hashed.Vector, widened to float64, gives.
+// hashedField is one evaluable field in the hashed kernel: the nonzero
+// buckets of its signed n-gram counts (embed.Hashed.Counts), each count c
+// worth float64(float32(c×inv)) with inv the inverse of their L2 norm,
+// which is exactly what embed.Hashed.Vector gives, widened to float64.
+//
+// When its counts span at most expandTable values (a standard field's
+// span about ten), vec is kept as SVAF reads it: coded, Index and Code
+// (the counts) with Table, the values of Lo..Lo+len(Table)-1. Else inv is
+// set and the values are made at each judgement (sparse): from Index and
+// Code when every count fits an int16, from c32, all Dim counts, when one
+// does not (a text repeating one n-gram over 32K times). So a field takes
+// 4 bytes a nonzero bucket and its table (at most 2 KB and 0.5 KB at the
+// default 512 dimensions), or 2 KB of int32 counts. vec.NN is Σ value²
+// in bucket order, as SVAF would sum it, made once.
 type hashedField struct {
-	name string
-	// idx and cnt are the nonzero counts (idx ascending), when all fit an
-	// int16; lo and hi bound them, so that a field's few distinct counts
-	// expand through a table.
-	idx    []uint16
-	cnt    []int16
-	lo, hi int16
-	c32    []int32 // else all counts (a text repeating one n-gram over 32K times)
-	inv    float64
+	field int // index in cmb.FieldNames
+	vec   svaf.Sparse
+	inv   float64 // nonzero: values not kept, made from vec.Code or c32
+	c32   []int32
 }
 
 // expandTable bounds the range of counts expanded by table.
 const expandTable = 64
 
-// hashedRecord is a record's evaluable fields in the hashed kernel, by
-// name; a field whose text has no word is absent (nothing to compare).
+// hashedRecord is a record's evaluable fields in the hashed kernel, in
+// fieldsByName order, the order SVAF sums fields in; a field whose text
+// has no word is absent (nothing to compare). It is never modified once
+// made: the cache shares it between judgements.
 type hashedRecord []hashedField
+
+// fieldsByName are the indices of cmb.FieldNames in ascending name
+// order; fieldRank is each field's place in it.
+var fieldsByName, fieldRank = func() (order, rank [cmb.NumFields]int) {
+	for i := range order {
+		order[i] = i
+	}
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && cmb.FieldNames[order[j]] < cmb.FieldNames[order[j-1]]; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	for r, f := range order {
+		rank[f] = r
+	}
+	return order, rank
+}()
+
+// evaluableText is t as SVAF judges it: MMP treats an absent or "neutral"
+// field as non-evaluable.
+func evaluableText(t string) (string, bool) {
+	t = strings.TrimSpace(t)
+	return t, t != "" && !strings.EqualFold(t, "neutral")
+}
 
 // hashScratch is hashFields's working memory for a kernel of dim.
 type hashScratch struct {
 	counts []int32 // dim
-	// idx and cnt hold each field's nonzero counts, dim+1 entries a field,
+	// idx and cnt hold each field's nonzero counts, dim entries a field,
 	// until the record's are copied out together.
 	idx []uint16
-	cnt []int16
+	cnt []int32
 }
 
 func newHashScratch(dim int) *hashScratch {
 	return &hashScratch{counts: make([]int32, dim)}
 }
 
-// hashFields counts the n-grams of each of texts' fields, in sc (of h.Dim).
-func hashFields(h embed.Hashed, texts map[string]string, sc *hashScratch) hashedRecord {
-	hr := make(hashedRecord, 0, len(texts))
-	scratch := sc.counts
-	seg := len(scratch) + 1
-	if len(sc.idx) < len(texts)*seg {
-		sc.idx, sc.cnt = make([]uint16, len(texts)*seg), make([]int16, len(texts)*seg)
+// hashFields counts the n-grams of each of texts' evaluable fields, in sc
+// (of h.Dim).
+func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch) hashedRecord {
+	dim := len(sc.counts)
+	if len(sc.idx) < cmb.NumFields*dim {
+		sc.idx, sc.cnt = make([]uint16, cmb.NumFields*dim), make([]int32, cmb.NumFields*dim)
 	}
-	total := 0
-	for name, t := range texts {
-		clear(scratch)
-		h.Counts(t, scratch)
-		idx, cnt := sc.idx[len(hr)*seg:][:seg], sc.cnt[len(hr)*seg:][:seg]
+	type counted struct {
+		field, nz int
+		lo, hi    int32
+		inv       float64
+	}
+	var fs [cmb.NumFields]counted
+	nf := 0
+	nIdx, nTab, n32 := 0, 0, 0 // what the record's fields need
+	for _, fi := range fieldsByName {
+		t, ok := evaluableText(texts[fi])
+		if !ok {
+			continue
+		}
+		clear(sc.counts)
+		h.Counts(t, sc.counts)
+		idx, cnt := sc.idx[nf*dim:(nf+1)*dim], sc.cnt[nf*dim:(nf+1)*dim]
 		// Σc² in integers: Normalize's float64 sum of the same squares is
 		// exact too (a field has at most 64 Ki n-grams), so they agree.
 		var ss int64
 		var lo, hi int32
 		nz := 0
-		for j, c := range scratch {
+		for j, c := range sc.counts {
 			ss += int64(c) * int64(c)
 			lo, hi = min(lo, c), max(hi, c)
 			// Every bucket is written at nz, which only moves past a
 			// nonzero one: about half are zero, in no order a branch
 			// could predict.
-			idx[nz], cnt[nz] = uint16(j), int16(c)
+			idx[nz], cnt[nz] = uint16(j), c
 			nz += int((uint32(c) | -uint32(c)) >> 31)
 		}
 		if ss == 0 {
 			continue
 		}
-		f := hashedField{name: name, inv: 1 / math.Sqrt(float64(ss))}
-		if lo >= math.MinInt16 && hi <= math.MaxInt16 {
-			f.idx, f.cnt, f.lo, f.hi = idx[:nz], cnt[:nz], int16(lo), int16(hi) // copied out below
-			total += nz
-		} else {
-			f.c32 = append([]int32(nil), scratch...)
+		fs[nf] = counted{field: fi, nz: nz, lo: lo, hi: hi, inv: 1 / math.Sqrt(float64(ss))}
+		switch {
+		case lo < math.MinInt16 || hi > math.MaxInt16:
+			n32 += dim
+		case hi-lo < expandTable:
+			nIdx, nTab = nIdx+nz, nTab+int(hi-lo)+1
+		default:
+			nIdx += nz
 		}
-		hr = append(hr, f)
+		nf++
 	}
-	// One allocation each for the record's indices and counts, which the
-	// cache keeps.
-	idxs, cnts := make([]uint16, 0, total), make([]int16, 0, total)
-	for i := range hr {
-		if f := &hr[i]; f.c32 == nil {
-			n := len(f.idx)
-			idxs, cnts = append(idxs, f.idx...), append(cnts, f.cnt...)
-			f.idx, f.cnt = idxs[len(idxs)-n:len(idxs):len(idxs)], cnts[len(cnts)-n:len(cnts):len(cnts)]
+	// One allocation each for the record's indices, codes, tables and
+	// int32 counts, which the cache keeps.
+	hr := make(hashedRecord, nf)
+	idxs, codes, tabs := make([]uint16, nIdx), make([]int16, nIdx), make([]float64, nTab)
+	var c32s []int32
+	if n32 > 0 {
+		c32s = make([]int32, n32)
+	}
+	for k := range hr {
+		c := fs[k]
+		idx, cnt := sc.idx[k*dim:k*dim+c.nz], sc.cnt[k*dim:k*dim+c.nz]
+		f := &hr[k]
+		f.field, f.vec.Dim = c.field, dim
+		if c.lo < math.MinInt16 || c.hi > math.MaxInt16 {
+			f.c32, c32s = c32s[:dim:dim], c32s[dim:]
+			for e, j := range idx {
+				f.c32[j] = cnt[e]
+			}
+			f.inv = c.inv
+			for _, x := range f.c32 {
+				y := float64(float32(float64(x) * c.inv))
+				f.vec.NN += y * y
+			}
+			continue
 		}
+		f.vec.Index, idxs = idxs[:c.nz:c.nz], idxs[c.nz:]
+		f.vec.Code, codes = codes[:c.nz:c.nz], codes[c.nz:]
+		copy(f.vec.Index, idx)
+		for e, x := range cnt {
+			f.vec.Code[e] = int16(x)
+		}
+		if c.hi-c.lo >= expandTable {
+			f.inv = c.inv
+			for _, x := range cnt {
+				y := float64(float32(float64(x) * c.inv))
+				f.vec.NN += y * y
+			}
+			continue
+		}
+		span := int(c.hi-c.lo) + 1
+		f.vec.Table, tabs = tabs[:span:span], tabs[span:]
+		f.vec.Lo = int16(c.lo)
+		for e := range f.vec.Table {
+			f.vec.Table[e] = float64(float32(float64(c.lo+int32(e)) * c.inv))
+		}
+		f.vec.NN = f.vec.Norm()
 	}
 	return hr
 }
 
-// table is the expansion of the counts lo..hi, if they span fewer than
-// expandTable.
-func (f *hashedField) table() (tab [expandTable]float64, ok bool) {
-	if int(f.hi)-int(f.lo) >= expandTable {
-		return tab, false
+// sparse is f's vector as SVAF reads it, its values made in buf when they
+// are not kept; it returns the rest of buf, which must hold f.values().
+func (f *hashedField) sparse(buf []float64) (svaf.Sparse, []float64) {
+	if f.inv == 0 {
+		return f.vec, buf
 	}
-	for k := range int(f.hi) - int(f.lo) + 1 {
-		tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
-	}
-	return tab, true
-}
-
-// values writes f's nonzero entries, in idx order, to dst (of len(f.idx)).
-func (f *hashedField) values(dst []float64) {
-	dst = dst[:len(f.cnt)]
-	tab, ok := f.table()
-	if !ok {
-		for k, c := range f.cnt {
-			dst[k] = float64(float32(float64(c) * f.inv))
+	v := f.vec
+	n := f.values()
+	vals := buf[:n:n]
+	if f.c32 != nil {
+		v.Index = nil
+		for j, x := range f.c32 {
+			vals[j] = float64(float32(float64(x) * f.inv))
 		}
-		return
+	} else {
+		for k, x := range v.Code {
+			vals[k] = float64(float32(float64(x) * f.inv))
+		}
 	}
-	for k, c := range f.cnt {
-		dst[k] = tab[uint16(c-f.lo)%expandTable]
-	}
+	v.Value, v.Code = vals, nil
+	return v, buf[n:]
 }
 
-// dense writes f as Hashed.Vector's vector, widened, to v (of dim).
-func (f *hashedField) dense(v []float64) {
+// values is how many values sparse makes for f.
+func (f *hashedField) values() int {
+	switch {
+	case f.inv == 0:
+		return 0
+	case f.c32 != nil:
+		return len(f.c32)
+	}
+	return len(f.vec.Index)
+}
+
+// dense writes f's vector, dense, to x (of its Dim).
+func (f *hashedField) dense(x []float64) {
+	v := &f.vec
 	if f.c32 != nil {
 		for j, c := range f.c32 {
-			v[j] = float64(float32(float64(c) * f.inv))
+			x[j] = float64(float32(float64(c) * f.inv))
 		}
 		return
 	}
-	clear(v)
-	tab, ok := f.table()
-	if !ok {
-		for k, j := range f.idx {
-			v[j] = float64(float32(float64(f.cnt[k]) * f.inv))
+	clear(x)
+	if f.inv != 0 {
+		for k, j := range v.Index {
+			x[j] = float64(float32(float64(v.Code[k]) * f.inv))
 		}
 		return
 	}
-	for k, j := range f.idx {
-		v[j] = tab[uint16(f.cnt[k]-f.lo)%expandTable]
+	code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+	for k, j := range v.Index {
+		x[j] = tab[int(code[k])-lo]
 	}
-}
-
-// vectors are hr's fields as dense SVAF vectors, carved out of slab (which
-// must hold len(hr)×dim values).
-func (hr hashedRecord) vectors(slab []float64, dim int) svaf.Vectors {
-	out := make(svaf.Vectors, len(hr))
-	for i := range hr {
-		v := slab[i*dim : (i+1)*dim : (i+1)*dim]
-		hr[i].dense(v)
-		out[hr[i].name] = v
-	}
-	return out
-}
-
-// slabSize is how many float64s anchor needs of a slab.
-func (hr hashedRecord) slabSize(dim int) int {
-	n := 0
-	for _, f := range hr {
-		switch {
-		case f.c32 != nil:
-			n += dim
-		case int(f.hi)-int(f.lo) < expandTable:
-			n += int(f.hi) - int(f.lo) + 1
-		default:
-			n += len(f.idx)
-		}
-	}
-	return n
-}
-
-// anchor sets a's fields from hr, sparse (the zeros, about half the
-// buckets, left out; svaf.Anchor.Sparse), with values carved out of slab
-// (of at least hr.slabSize(dim)); it returns the rest of slab.
-func (hr hashedRecord) anchor(a *svaf.Anchor, slab []float64, dim int) []float64 {
-	for i := range hr {
-		f := &hr[i]
-		if f.c32 != nil {
-			v := slab[:dim:dim]
-			slab = slab[dim:]
-			f.dense(v)
-			if a.Vectors == nil {
-				a.Vectors = svaf.Vectors{}
-			}
-			a.Vectors[f.name] = v
-			continue
-		}
-		if a.Sparse == nil {
-			a.Sparse = make(map[string]svaf.Sparse, len(hr))
-		}
-		if span := int(f.hi) - int(f.lo) + 1; span <= expandTable {
-			// Coded: the few distinct values, each expanded once.
-			tab := slab[:span:span]
-			slab = slab[span:]
-			for k := range tab {
-				tab[k] = float64(float32(float64(int(f.lo)+k) * f.inv))
-			}
-			a.Sparse[f.name] = svaf.Sparse{Dim: dim, Index: f.idx, Code: f.cnt, Lo: f.lo, Table: tab}
-			continue
-		}
-		vals := slab[:len(f.idx):len(f.idx)]
-		slab = slab[len(f.idx):]
-		f.values(vals)
-		a.Sparse[f.name] = svaf.Sparse{Dim: dim, Index: f.idx, Value: vals}
-	}
-	return slab
 }
 
 // anchorVectors caches the hashed-kernel counts of anchors by key. A key
@@ -219,10 +244,12 @@ func (hr hashedRecord) anchor(a *svaf.Anchor, slab []float64, dim int) []float64
 // It keeps two generations of anchorVectorsGen records: when the current
 // one fills it becomes the old one, and a record found there moves back, so
 // what was used lately stays. A field's counts take 4 bytes per nonzero
-// bucket, so at most 2 KB at the default 512 dimensions whatever its
-// text's length, and about 0.9 KB for a standard 300-byte field: the cache
-// holds about 2 × 1024 × 6.5 KB ≈ 13 MB of standard records, at most
-// 2 × 1024 × 14 KB ≈ 29 MB of records of seven long fields.
+// bucket and 8 bytes a value of its table, with 160 bytes of hashedField,
+// so at most 2.7 KB at the default 512 dimensions whatever its text's
+// length, and about 0.8 KB for a standard 300-byte field (114 buckets, a
+// table of 22): the cache holds about 2 × 1024 × 5.5 KB ≈ 11 MB of
+// standard records, at most 2 × 1024 × 19 KB ≈ 39 MB of records of seven
+// long fields.
 type anchorVectors struct {
 	mu       sync.Mutex
 	cur, old map[string]hashedRecord

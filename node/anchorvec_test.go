@@ -1,91 +1,164 @@
 package node
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/node/embed"
 	"github.com/cmbnode/cmbnode/node/svaf"
 )
 
-// TestHashedRecordVectors: the compact counts expand, bit for bit, to the
+// TestHashedRecordVectors: the cached counts expand, bit for bit, to the
 // hashed kernel's float32 vectors widened to float64 (what SVAF judged
-// with before counts were cached), fields with no word left out, and a
-// count too large for an int16 kept exactly.
+// with before counts were cached), fields with no word or "neutral" left
+// out, the rest in name order; coded but for a field whose counts span
+// more than the table, and dense for a count too large for an int16; each
+// with its squared norm summed as SVAF sums it.
 func TestHashedRecordVectors(t *testing.T) {
 	h := embed.DefaultHashed()
-	texts := map[string]string{
+	byName := map[string]string{
 		"focus":       "Shipping the release: v2.3 on Friday, QA sign-off pending.",
 		"issue":       "Ünïcode straße — 東京 and emoji 🚀 mixed with ASCII",
 		"intent":      "...  ,,, !!!", // no word
 		"motivation":  strings.Repeat("a ", 40000),
+		"commitment":  " Neutral ",
 		"mood":        "x",
 		"perspective": strings.Repeat("ab ", 70) + "cd", // a count past the table
 	}
-	hr := hashFields(h, texts, newHashScratch(h.Dim))
-	slab := make([]float64, len(hr)*h.Dim)
-	for i := range slab {
-		slab[i] = math.NaN() // every value must be written
+	var texts [cmb.NumFields]string
+	for i, name := range cmb.FieldNames {
+		texts[i] = byName[name]
 	}
-	got := hr.vectors(slab, h.Dim)
-	want := map[string][]float64{}
-	for f, t := range texts {
-		v := h.Vector(t)
-		if embed.Dot(v, v) != 0 {
-			want[f] = to64(v)
+	sc := newHashScratch(h.Dim)
+	for round := range 2 { // the scratch serves the next record as well
+		hr := hashFields(h, &texts, sc)
+		var names []string
+		for _, f := range hr {
+			names = append(names, cmb.FieldNames[f.field])
 		}
-	}
-	if len(got) != len(want) || len(got) != 5 {
-		t.Fatalf("%d fields, want %d (and 5)", len(got), len(want))
-	}
-	for f, w := range want {
-		g := got[f]
-		if len(g) != len(w) {
-			t.Fatalf("%s: %d dimensions, want %d", f, len(g), len(w))
+		if got := strings.Join(names, " "); got != "focus issue mood motivation perspective" {
+			t.Fatalf("round %d: fields %q, want the five with words, in name order", round, got)
 		}
-		for i := range w {
-			if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
-				t.Fatalf("%s[%d] = %v, want %v", f, i, g[i], w[i])
+		for _, f := range hr {
+			name := cmb.FieldNames[f.field]
+			want := h.Vector(strings.TrimSpace(byName[name]))
+			got := make([]float64, h.Dim)
+			for i := range got {
+				got[i] = math.NaN() // every value must be written
 			}
-		}
-	}
-	// As an anchor: the same values, sparse but for the int32 field, and
-	// coded but for the field whose counts span more than the table.
-	var a svaf.Anchor
-	slab = make([]float64, hr.slabSize(h.Dim))
-	if rest := hr.anchor(&a, slab, h.Dim); len(rest) != 0 {
-		t.Fatalf("%d values of the slab left over", len(rest))
-	}
-	if len(a.Vectors) != 1 || len(a.Sparse) != 4 {
-		t.Fatalf("%d dense and %d sparse fields, want 1 and 4", len(a.Vectors), len(a.Sparse))
-	}
-	for f, w := range want {
-		g := a.Vectors[f]
-		if sp, ok := a.Sparse[f]; ok {
-			g = make([]float64, sp.Dim)
-			if coded := sp.Value == nil; coded != (f != "perspective") {
-				t.Errorf("%s: coded %t (only a field of counts past the table is not)", f, coded)
-			}
-			for k, j := range sp.Index {
-				if sp.At(k) == 0 || k > 0 && j <= sp.Index[k-1] {
-					t.Fatalf("%s: sparse entry %d (bucket %d) is zero or out of order", f, k, j)
+			f.dense(got)
+			var nn float64
+			for i, w := range want {
+				if math.Float64bits(got[i]) != math.Float64bits(float64(w)) {
+					t.Fatalf("%s[%d] = %v, want %v", name, i, got[i], w)
 				}
-				g[j] = sp.At(k)
+				nn += got[i] * got[i]
 			}
-		}
-		for i := range w {
-			if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
-				t.Fatalf("anchor %s[%d] = %v, want %v", f, i, g[i], w[i])
+			if math.Float64bits(f.vec.NN) != math.Float64bits(nn) {
+				t.Errorf("%s: NN %v, the dense sum %v", name, f.vec.NN, nn)
+			}
+			wide, dense := f.inv != 0 && f.c32 == nil, f.c32 != nil
+			if dense != (name == "motivation") || wide != (name == "perspective") {
+				t.Errorf("%s: int32 counts %t, past the table %t", name, dense, wide)
+			}
+			// As SVAF reads it: the same values, sparse in bucket order.
+			buf := make([]float64, f.values()+1)
+			v, rest := f.sparse(buf)
+			if len(rest) != 1 {
+				t.Fatalf("%s: %d values made, want %d", name, len(buf)-len(rest), f.values())
+			}
+			if coded := v.Value == nil; coded != (f.inv == 0) || (v.Index == nil) != dense {
+				t.Errorf("%s: coded %t, dense %t", name, coded, v.Index == nil)
+			}
+			for k := range max(len(v.Index), len(v.Value)) {
+				j := k
+				if v.Index != nil {
+					j = int(v.Index[k])
+					if v.At(k) == 0 || k > 0 && v.Index[k] <= v.Index[k-1] {
+						t.Fatalf("%s: entry %d (bucket %d) is zero or out of order", name, k, j)
+					}
+				}
+				if math.Float64bits(v.At(k)) != math.Float64bits(got[j]) {
+					t.Fatalf("%s: entry %d (bucket %d) is %v, want %v", name, k, j, v.At(k), got[j])
+				}
 			}
 		}
 	}
-	for _, f := range hr {
-		if (f.name == "motivation") != (f.c32 != nil) {
-			t.Errorf("%s: int32 counts %t", f.name, f.c32 != nil)
+}
+
+// TestHashedJudgeMatchesDense: a judgement from cached counts reaches, to
+// the bit, the verdict of svaf.Evaluate on the hashed kernel's vectors
+// made dense the plain way (embed.Hashed.Vector, widened), for records
+// with fields missing, near-copies, another vocabulary and anchors that
+// lack the record's fields, with one working memory reused throughout.
+func TestHashedJudgeMatchesDense(t *testing.T) {
+	h := embed.DefaultHashed()
+	recs := standardFields(40)
+	texts := make([][cmb.NumFields]string, len(recs))
+	for i := range recs {
+		texts[i] = recs[i].Texts()
+		switch i % 5 {
+		case 1:
+			texts[i][i%cmb.NumFields] = "" // a field missing
+		case 2:
+			texts[i] = texts[i-1] // a near-copy
+			texts[i][3] += " and one more"
+		case 3:
+			texts[i][0], texts[i][6] = "neutral", "Ünïcödé 東京"
+		case 4: // another vocabulary
+			for f := range texts[i] {
+				texts[i][f] = strings.Repeat(fmt.Sprintf("zq%dxv wy%dkj ", i, f), 20)
+			}
 		}
-		if wide := f.cnt != nil && int(f.hi)-int(f.lo) >= expandTable; wide != (f.name == "perspective") {
-			t.Errorf("%s: counts in [%d,%d], past the table %t", f.name, f.lo, f.hi, wide)
+		if i%4 == 0 { // counts past the table
+			texts[i][5] = strings.Repeat("ab ", 70+i) + texts[i][5]
 		}
+		if i%9 == 0 { // counts past an int16
+			texts[i][3] = strings.Repeat("a ", 33000+i) + texts[i][3]
+		}
+	}
+	dense := func(tx *[cmb.NumFields]string) svaf.Vectors {
+		out := svaf.Vectors{}
+		for i, name := range cmb.FieldNames {
+			if s, ok := evaluableText(tx[i]); ok {
+				if v := h.Vector(s); embed.Dot(v, v) != 0 {
+					out[name] = to64(v)
+				}
+			}
+		}
+		return out
+	}
+	c := svaf.Default()
+	w := &hashedWork{sc: newHashScratch(h.Dim)}
+	seen := map[svaf.Decision]int{}
+	for i := 10; i < len(texts); i++ {
+		hin := hashFields(h, &texts[i], w.sc)
+		var anchors []svaf.Anchor
+		w.hrs = w.hrs[:0]
+		for k := range 1 + i%12 {
+			j := (i*7 + k*5) % i
+			if k == 0 && i%5 == 2 {
+				j = i - 1 // the record it nearly copies
+			}
+			anchors = append(anchors, svaf.Anchor{Key: fmt.Sprint(j), Age: time.Duration(k*(i%4)) * 7 * time.Minute, Vectors: dense(&texts[j])})
+			w.hrs = append(w.hrs, hashFields(h, &texts[j], w.sc))
+		}
+		age := time.Duration(i%3) * 45 * time.Minute
+		want := svaf.Evaluate(c, dense(&texts[i]), anchors, age)
+		got := w.judge(c, hin, anchors, age)
+		if got.Decision != want.Decision || got.Nearest != want.Nearest || got.Evaluable != want.Evaluable ||
+			math.Float64bits(got.TotalDrift) != math.Float64bits(want.TotalDrift) ||
+			math.Float64bits(got.FieldDrift) != math.Float64bits(want.FieldDrift) ||
+			math.Float64bits(got.MaxNearestDrift) != math.Float64bits(want.MaxNearestDrift) {
+			t.Fatalf("record %d: from counts %+v, dense %+v", i, got, want)
+		}
+		seen[want.Decision]++
+	}
+	if len(seen) < 4 {
+		t.Fatalf("verdicts %v: the records do not reach all four", seen)
 	}
 }

@@ -49,14 +49,14 @@ func BenchmarkJudge(b *testing.B) {
 // anchor.
 func BenchmarkHashFields(b *testing.B) {
 	fields := standardFields(64)
-	recs := make([]map[string]string, len(fields))
+	recs := make([][cmb.NumFields]string, len(fields))
 	for i, f := range fields {
-		recs[i] = fieldTexts(f.Texts())
+		recs[i] = f.Texts()
 	}
 	h := embed.DefaultHashed()
 	sc := newHashScratch(h.Dim)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		hashFields(h, recs[i%len(recs)], sc)
+		hashFields(h, &recs[i%len(recs)], sc)
 	}
 }

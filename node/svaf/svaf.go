@@ -128,8 +128,9 @@ type Vectors map[string][]float64
 //
 // A vector of few distinct values (a hashed n-gram field's, whose values
 // are its counts scaled) may instead give them coded, Value nil: entry k
-// is Table[Code[k]-Lo]. Evaluate reads each value from the table where it
-// would read it from Value, so the sums are the same to the bit.
+// is Table[Code[k]-Lo]. A vector with Index nil is dense: Value holds all
+// Dim entries, entry k at k. Evaluate reads each value where it would
+// read it from a dense vector, so the sums are the same to the bit.
 type Sparse struct {
 	Dim   int
 	Index []uint16
@@ -137,6 +138,10 @@ type Sparse struct {
 	Code  []int16
 	Lo    int16
 	Table []float64
+	// NN is the vector's squared norm, Σ value² over its entries in
+	// order, when the caller knows it (a cached anchor's); 0: Evaluate
+	// sums it. A wrong NN is a wrong verdict.
+	NN float64
 }
 
 // Anchor is one prior record the incoming one is judged against.
@@ -153,6 +158,21 @@ type Anchor struct {
 	// its weight (0 is taken as 1, MMP's default).
 	Age        time.Duration
 	Confidence float64
+}
+
+// Field is one of the incoming record's fields as Evaluator.Evaluate
+// takes them: the record's vector and every anchor's vector of the field.
+type Field struct {
+	Name string
+	// X is the incoming record's vector, dense; empty, the field is not
+	// evaluable.
+	X []float64
+	// XX is X·X summed in index order when the caller knows it; 0:
+	// Evaluate sums it.
+	XX float64
+	// Anchors[i] is anchor i's vector of the field; one of another Dim
+	// than len(X) (the zero Sparse: the anchor has none) is skipped.
+	Anchors []Sparse
 }
 
 // Verdict is the outcome of one evaluation.
@@ -181,86 +201,181 @@ const nonEvaluable = 1e-8
 // vectors of different dimensions: such an anchor field is skipped. The
 // incoming record must not be among the anchors (the caller's invariant).
 func Evaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) Verdict {
-	tau := c.Freshness.Seconds()
-	var sumA, sumAD float64
-	maxNear := 0.0
-	evaluable := 0
-	nearSum := make([]float64, len(anchors))
-	nearN := make([]int, len(anchors))
-	// An anchor's decay and confidence, the same in every field.
-	decay, conf := make([]float64, len(anchors)), make([]float64, len(anchors))
-	for i, a := range anchors {
-		decay[i], conf[i] = c.Decay(a.Age), a.Confidence
-		if conf[i] <= 0 {
-			conf[i] = 1
-		}
-	}
-	var fused []float64
-	// Fields in a fixed order, so sums round the same way on every run.
-	for _, f := range sortedFields(incoming) {
+	names := sortedFields(incoming)
+	fields := make([]Field, 0, len(names))
+	of := make([]Sparse, len(names)*len(anchors))
+	for _, f := range names {
 		x := incoming[f]
 		if len(x) == 0 {
 			continue
 		}
-		alpha := c.alpha(f)
-		if cap(fused) < len(x) {
-			fused = make([]float64, len(x))
+		fd := Field{Name: f, X: x, Anchors: of[:len(anchors):len(anchors)]}
+		of = of[len(anchors):]
+		for i, a := range anchors {
+			if v := a.Vectors[f]; v != nil {
+				fd.Anchors[i] = Sparse{Dim: len(v), Value: v}
+			} else if sp, ok := a.Sparse[f]; ok {
+				fd.Anchors[i] = sp
+			}
 		}
-		fused = fused[:len(x)]
-		clear(fused)
+		fields = append(fields, fd)
+	}
+	var e Evaluator
+	return e.Evaluate(c, fields, anchors, age)
+}
+
+// Evaluator is Evaluate with its working memory kept for the next
+// evaluation; the zero value is ready. It is not safe for concurrent use.
+type Evaluator struct {
+	nearSum, decay, conf, cos, w, nn []float64
+	nearN                            []int
+	fused                            []float64   // one Dim per evaluable field
+	evaluable                        []evaluated // ascending
+}
+
+// evaluated is an evaluable field: its index and X·X.
+type evaluated struct {
+	field int
+	xx    float64
+}
+
+// grow returns s with length n, reusing its array when it can.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// Evaluate judges the incoming record, given by its fields (in ascending
+// Name order, which the sums follow), aged age, against anchors: field
+// f's vector of anchor i is fields[f].Anchors[i]; the anchors' own
+// Vectors and Sparse are not read. It gives Evaluate's verdict for the
+// same vectors, to the bit.
+func (e *Evaluator) Evaluate(c Config, fields []Field, anchors []Anchor, age time.Duration) Verdict {
+	n := len(anchors)
+	e.nearSum, e.nearN = grow(e.nearSum, n), grow(e.nearN, n)
+	clear(e.nearSum)
+	clear(e.nearN)
+	// An anchor's decay and confidence, the same in every field.
+	e.decay, e.conf = grow(e.decay, n), grow(e.conf, n)
+	e.cos, e.w, e.nn = grow(e.cos, n), grow(e.w, n), grow(e.nn, n)
+	for i, a := range anchors {
+		e.decay[i], e.conf[i] = c.Decay(a.Age), a.Confidence
+		if e.conf[i] <= 0 {
+			e.conf[i] = 1
+		}
+	}
+	size := 0
+	for _, f := range fields {
+		size += len(f.X)
+	}
+	e.fused = grow(e.fused, size)
+	e.evaluable = e.evaluable[:0]
+	maxNear := 0.0
+	off := 0 // where the next evaluable field's fused readout starts
+	for fi := range fields {
+		f := &fields[fi]
+		x := f.X
+		if len(x) == 0 {
+			continue
+		}
+		alpha := c.alpha(f.Name)
+		xx := f.XX
+		if xx == 0 {
+			for _, v := range x {
+				xx += v * v
+			}
+		}
+		e.cosines(x, xx, f.Anchors)
 		var wsum float64
 		bestCos := math.Inf(-1)
-		xx := -1.0 // x·x, cosine's na, once a sparse field needs it
-		for i, a := range anchors {
-			v := a.Vectors[f]
-			sp, sparse := a.Sparse[f]
-			sparse = sparse && v == nil
-			if (sparse && sp.Dim != len(x)) || (!sparse && len(v) != len(x)) {
+		for i := range anchors {
+			if f.Anchors[i].Dim != len(x) {
 				continue
 			}
-			var cs float64
-			if sparse {
-				if xx < 0 {
-					xx = 0
-					for _, e := range x {
-						xx += e * e
-					}
-				}
-				cs = sparseCosine(x, xx, sp)
-			} else {
-				cs = cosine(x, v)
-			}
-			nearSum[i] += cs
-			nearN[i]++
+			cs := e.cos[i]
+			e.nearSum[i] += cs
+			e.nearN[i]++
 			bestCos = max(bestCos, cs)
-			w := alpha * max(cs, 0) * decay[i] * conf[i]
+			w := alpha * max(cs, 0) * e.decay[i] * e.conf[i]
+			e.w[i] = w
 			if w == 0 {
 				continue
 			}
 			wsum += w
-			if sparse {
-				sp.addTo(fused, w)
-				continue
-			}
-			for j := range fused {
-				fused[j] += w * v[j]
-			}
 		}
 		if wsum < nonEvaluable {
-			continue
+			continue // its readout would not be read
 		}
-		evaluable++
-		delta := 1 - cosine(fused, x)
-		near := 1 - max(bestCos, 0)
-		maxNear = max(maxNear, near)
-		sumA += alpha
-		sumAD += alpha * delta
+		// The readout: each anchor's vector added, weighted, in anchor
+		// order, every entry summed in that order as a dense sum would.
+		fused := e.fused[off : off+len(x) : off+len(x)]
+		off += len(x)
+		clear(fused)
+		for i := range anchors {
+			if sp := &f.Anchors[i]; sp.Dim == len(x) && e.w[i] != 0 {
+				sp.addTo(fused, e.w[i])
+			}
+		}
+		maxNear = max(maxNear, 1-max(bestCos, 0))
+		e.evaluable = append(e.evaluable, evaluated{fi, xx})
 	}
+	// Each evaluable field's drift, its readout's cosine to its vector;
+	// two at a time, the sums of each field in its own order.
+	var sumA, sumAD float64
+	off = 0
+	for k := 0; k < len(e.evaluable); k++ {
+		f, fxx := &fields[e.evaluable[k].field], e.evaluable[k].xx
+		fused := e.fused[off : off+len(f.X)]
+		off += len(f.X)
+		var dot, nn float64
+		if k+1 < len(e.evaluable) {
+			g, gxx := &fields[e.evaluable[k+1].field], e.evaluable[k+1].xx
+			if len(g.X) == len(f.X) {
+				gfused := e.fused[off : off+len(g.X)]
+				off += len(g.X)
+				var gdot, gnn float64
+				dot, nn, gdot, gnn = readout2(fused, f.X, gfused, g.X)
+				d0, d1 := 1-cosineOf(dot, nn, fxx), 1-cosineOf(gdot, gnn, gxx)
+				alpha := c.alpha(f.Name)
+				sumA += alpha
+				sumAD += alpha * d0
+				alpha = c.alpha(g.Name)
+				sumA += alpha
+				sumAD += alpha * d1
+				k++
+				continue
+			}
+		}
+		dot, nn = readout(fused, f.X)
+		alpha := c.alpha(f.Name)
+		sumA += alpha
+		sumAD += alpha * (1 - cosineOf(dot, nn, fxx))
+	}
+	return c.verdict(sums{len(e.evaluable), sumA, sumAD, maxNear, e.nearSum, e.nearN}, anchors, age)
+}
+
+// sums are what an evaluation adds up before its verdict: the evaluable
+// fields' count, Σα and Σα·δ, the largest nearest-anchor drift, and each
+// anchor's summed cosine over the fields it was compared in and how many.
+type sums struct {
+	evaluable   int
+	sumA, sumAD float64
+	maxNear     float64
+	nearSum     []float64
+	nearN       []int
+}
+
+// verdict is the verdict of s, for anchors, of a record aged age.
+func (c Config) verdict(s sums, anchors []Anchor, age time.Duration) Verdict {
+	evaluable, sumA, sumAD, maxNear := s.evaluable, s.sumA, s.sumAD, s.maxNear
+	tau := c.Freshness.Seconds()
 	v := Verdict{Evaluable: evaluable}
 	best := math.Inf(-1)
 	for i, a := range anchors {
-		if nearN[i] > 0 {
-			if m := nearSum[i] / float64(nearN[i]); m > best {
+		if s.nearN[i] > 0 {
+			if m := s.nearSum[i] / float64(s.nearN[i]); m > best {
 				best, v.Nearest = m, a.Key
 			}
 		}
@@ -301,28 +416,93 @@ func sortedFields(v Vectors) []string {
 	return out
 }
 
-// sparseCosine is cosine(x, v) for v given sparse (of x's length), with
-// na = x·x summed in index order: the same sums, less the zero terms.
-func sparseCosine(x []float64, na float64, v Sparse) float64 {
-	var dot, nb float64
-	if v.Value != nil {
-		for k, j := range v.Index {
-			y := v.Value[k]
-			dot += x[j] * y
-			nb += y * y
-		}
-	} else {
-		code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
-		for k, j := range v.Index {
-			y := tab[int(code[k])-lo]
-			dot += x[j] * y
-			nb += y * y
-		}
-	}
+// cosineOf is the cosine of two vectors from their dot product and
+// squared norms: 0 if either is zero.
+func cosineOf(dot, na, nb float64) float64 {
 	if na == 0 || nb == 0 {
 		return 0
 	}
 	return dot / math.Sqrt(na*nb)
+}
+
+// cosines sets e.cos[i] to the cosine of x (of squared norm xx) and
+// vs[i], for each vs[i] of x's length.
+func (e *Evaluator) cosines(x []float64, xx float64, vs []Sparse) {
+	for i := range vs {
+		v := &vs[i]
+		if v.Dim != len(x) {
+			continue
+		}
+		e.nn[i] = v.NN
+		if e.nn[i] == 0 {
+			e.nn[i] = v.Norm()
+		}
+		e.cos[i] = cosineOf(v.dot(x), xx, e.nn[i])
+	}
+}
+
+// Norm is Σ value² over v's entries in order: the sum Evaluate makes of
+// v·v, which NN may hold.
+func (v *Sparse) Norm() float64 {
+	var nn float64
+	if v.Value != nil {
+		for _, y := range v.Value {
+			nn += y * y
+		}
+		return nn
+	}
+	code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+	for _, c := range code {
+		y := tab[int(c)-lo]
+		nn += y * y
+	}
+	return nn
+}
+
+// dot is x·v summed over v's entries in order (x of v's Dim).
+func (v *Sparse) dot(x []float64) float64 {
+	var dot float64
+	switch {
+	case v.Index == nil:
+		x = x[:len(v.Value)]
+		for j, y := range v.Value {
+			dot += x[j] * y
+		}
+	case v.Value != nil:
+		val := v.Value[:len(v.Index)]
+		for k, j := range v.Index {
+			dot += x[j] * val[k]
+		}
+	default:
+		code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+		for k, j := range v.Index {
+			dot += x[j] * tab[int(code[k])-lo]
+		}
+	}
+	return dot
+}
+
+// readout is fused·x and fused·fused, each summed in index order.
+func readout(fused, x []float64) (dot, nn float64) {
+	x = x[:len(fused)]
+	for j, a := range fused {
+		dot += a * x[j]
+		nn += a * a
+	}
+	return dot, nn
+}
+
+// readout2 is readout for two fields of one length, side by side.
+func readout2(f0, x0, f1, x1 []float64) (dot0, nn0, dot1, nn1 float64) {
+	x0, f1, x1 = x0[:len(f0)], f1[:len(f0)], x1[:len(f0)]
+	for j, a := range f0 {
+		b := f1[j]
+		dot0 += a * x0[j]
+		nn0 += a * a
+		dot1 += b * x1[j]
+		nn1 += b * b
+	}
+	return dot0, nn0, dot1, nn1
 }
 
 // At is entry k's value, Value[k].
@@ -335,29 +515,21 @@ func (v *Sparse) At(k int) float64 {
 
 // addTo adds w times v to fused (of v's Dim).
 func (v *Sparse) addTo(fused []float64, w float64) {
-	if v.Value != nil {
-		for k, j := range v.Index {
-			fused[j] += w * v.Value[k]
+	switch {
+	case v.Index == nil:
+		fused = fused[:len(v.Value)]
+		for j, y := range v.Value {
+			fused[j] += w * y
 		}
-		return
+	case v.Value != nil:
+		val := v.Value[:len(v.Index)]
+		for k, j := range v.Index {
+			fused[j] += w * val[k]
+		}
+	default:
+		code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
+		for k, j := range v.Index {
+			fused[j] += w * tab[int(code[k])-lo]
+		}
 	}
-	code, tab, lo := v.Code[:len(v.Index)], v.Table, int(v.Lo)
-	for k, j := range v.Index {
-		fused[j] += w * tab[int(code[k])-lo]
-	}
-}
-
-// cosine is the cosine of two equal-length vectors; 0 if either is zero.
-func cosine(a, b []float64) float64 {
-	var dot, na, nb float64
-	for i := range a {
-		x, y := a[i], b[i]
-		dot += x * y
-		na += x * x
-		nb += y * y
-	}
-	if na == 0 || nb == 0 {
-		return 0
-	}
-	return dot / math.Sqrt(na*nb)
 }

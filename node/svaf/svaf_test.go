@@ -187,11 +187,7 @@ func TestSparseAnchors(t *testing.T) {
 		age := time.Duration(r.IntN(7200)) * time.Second
 		want := Evaluate(Default(), in, dense, age)
 		got := Evaluate(Default(), in, mixed, age)
-		same := got.Decision == want.Decision && got.Nearest == want.Nearest && got.Evaluable == want.Evaluable
-		for _, p := range [][2]float64{{got.TotalDrift, want.TotalDrift}, {got.FieldDrift, want.FieldDrift}, {got.MaxNearestDrift, want.MaxNearestDrift}} {
-			same = same && math.Float64bits(p[0]) == math.Float64bits(p[1])
-		}
-		if !same {
+		if !sameVerdict(got, want) {
 			t.Fatalf("trial %d: sparse %+v, dense %+v", trial, got, want)
 		}
 		seen[want.Decision]++
@@ -248,5 +244,244 @@ func TestNegligible(t *testing.T) {
 		if v.Evaluable == 0 {
 			t.Fatalf("age %v: nothing evaluable: %+v", age, v)
 		}
+	}
+}
+
+// referenceEvaluate is Evaluate as it was before sparse vectors and the
+// Evaluator (the code the conformance vectors were first reproduced
+// with): every vector dense, every sum over all entries in index order.
+func referenceEvaluate(c Config, incoming Vectors, anchors []Anchor, age time.Duration) Verdict {
+	cosine := func(a, b []float64) float64 {
+		var dot, na, nb float64
+		for i := range a {
+			x, y := a[i], b[i]
+			dot += x * y
+			na += x * x
+			nb += y * y
+		}
+		if na == 0 || nb == 0 {
+			return 0
+		}
+		return dot / math.Sqrt(na*nb)
+	}
+	var sumA, sumAD float64
+	maxNear := 0.0
+	evaluable := 0
+	nearSum := make([]float64, len(anchors))
+	nearN := make([]int, len(anchors))
+	for _, f := range sortedFields(incoming) {
+		x := incoming[f]
+		if len(x) == 0 {
+			continue
+		}
+		alpha := c.alpha(f)
+		fused := make([]float64, len(x))
+		var wsum float64
+		bestCos := math.Inf(-1)
+		for i, a := range anchors {
+			v := a.Vectors[f]
+			if len(v) != len(x) {
+				continue
+			}
+			cs := cosine(x, v)
+			nearSum[i] += cs
+			nearN[i]++
+			bestCos = max(bestCos, cs)
+			conf := a.Confidence
+			if conf <= 0 {
+				conf = 1
+			}
+			w := alpha * max(cs, 0) * c.Decay(a.Age) * conf
+			if w == 0 {
+				continue
+			}
+			wsum += w
+			for j := range fused {
+				fused[j] += w * v[j]
+			}
+		}
+		if wsum < nonEvaluable {
+			continue
+		}
+		evaluable++
+		delta := 1 - cosine(fused, x)
+		maxNear = max(maxNear, 1-max(bestCos, 0))
+		sumA += alpha
+		sumAD += alpha * delta
+	}
+	return c.verdict(sums{evaluable, sumA, sumAD, maxNear, nearSum, nearN}, anchors, age)
+}
+
+// sameVerdict reports whether a and b are the same verdict to the bit.
+func sameVerdict(a, b Verdict) bool {
+	same := a.Decision == b.Decision && a.Nearest == b.Nearest && a.Evaluable == b.Evaluable
+	for _, p := range [][2]float64{{a.TotalDrift, b.TotalDrift}, {a.FieldDrift, b.FieldDrift}, {a.MaxNearestDrift, b.MaxNearestDrift}} {
+		same = same && math.Float64bits(p[0]) == math.Float64bits(p[1])
+	}
+	return same
+}
+
+// TestEvaluatorMatchesReference: one Evaluator, reused, given fields of
+// coded sparse anchors (the hashed kernel's form: few distinct values,
+// summed four anchors side by side), sparse and dense ones, norms given
+// or left to it, reaches referenceEvaluate's verdict to the bit, and so
+// does Evaluate on the same vectors as maps.
+func TestEvaluatorMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const dim = 64
+	// A vector of small counts scaled to unit length in float32, as the
+	// hashed kernel makes them, about half zeros.
+	counts := func() []float64 {
+		c := make([]int, dim)
+		ss := 0
+		for i := range c {
+			if r.IntN(2) == 0 {
+				c[i] = r.IntN(7) - 3
+				ss += c[i] * c[i]
+			}
+		}
+		v := make([]float64, dim)
+		if ss == 0 {
+			return v
+		}
+		inv := 1 / math.Sqrt(float64(ss))
+		for i, x := range c {
+			v[i] = float64(float32(float64(x) * inv))
+		}
+		return v
+	}
+	coded := func(v []float64) Sparse {
+		s := Sparse{Dim: len(v), Lo: int16(r.IntN(7) - 3)}
+		for j, y := range v {
+			if y != 0 { // entry k's value is the table's slot Code[k]-Lo
+				s.Index, s.Code = append(s.Index, uint16(j)), append(s.Code, int16(len(s.Table))+s.Lo)
+				s.Table = append(s.Table, y)
+			}
+		}
+		if r.IntN(2) == 0 {
+			s.NN = s.Norm()
+		}
+		return s
+	}
+	names := []string{"focus", "intent", "issue", "mood"}
+	var e Evaluator
+	seen := map[Decision]int{}
+	for trial := range 400 {
+		in := Vectors{}
+		for _, f := range names {
+			if r.IntN(5) > 0 {
+				in[f] = counts()
+			}
+		}
+		var ref []Anchor
+		n := r.IntN(14)
+		of := map[string][]Sparse{}
+		for i := range n {
+			a := Anchor{Key: fmt.Sprint(i), Vectors: Vectors{}, Age: time.Duration(r.IntN(5400)) * time.Second}
+			if r.IntN(4) == 0 {
+				a.Confidence = r.Float64()
+			}
+			for _, f := range names {
+				var v []float64
+				var sp Sparse
+				switch r.IntN(8) {
+				case 0: // none
+				case 1: // another dimension
+					v = counts()[:dim/2]
+					sp = Sparse{Dim: len(v), Value: v}
+				case 2: // a near-copy
+					if x := in[f]; x != nil {
+						v = append([]float64(nil), x...)
+						v[r.IntN(dim)] = 0
+						sp = coded(v)
+					}
+				case 3: // dense
+					v = counts()
+					sp = Sparse{Dim: dim, Value: v}
+				default:
+					v = counts()
+					sp = coded(v)
+				}
+				if v != nil {
+					a.Vectors[f] = v
+				}
+				of[f] = append(of[f], sp)
+			}
+			ref = append(ref, a)
+		}
+		var fields []Field
+		for _, f := range sortedFields(in) {
+			fd := Field{Name: f, X: in[f], Anchors: of[f]}
+			if r.IntN(2) == 0 {
+				for _, y := range fd.X {
+					fd.XX += y * y
+				}
+			}
+			fields = append(fields, fd)
+		}
+		c := Default()
+		if trial%3 == 0 {
+			c.FieldWeights = map[string]float64{"focus": 2, "mood": 0}
+		}
+		age := time.Duration(r.IntN(7200)) * time.Second
+		want := referenceEvaluate(c, in, ref, age)
+		for _, got := range []Verdict{e.Evaluate(c, fields, ref, age), Evaluate(c, in, ref, age)} {
+			if !sameVerdict(got, want) {
+				t.Fatalf("trial %d: got %+v, reference %+v", trial, got, want)
+			}
+		}
+		seen[want.Decision]++
+	}
+	if len(seen) < 4 {
+		t.Fatalf("verdicts reached %v: the cases do not reach all four", seen)
+	}
+}
+
+// BenchmarkEvaluator is one evaluation of the hashed kernel's standard
+// shape: seven 512-dimension fields, ten coded anchors of about 114
+// nonzero buckets a field (a standard 300-byte field's), norms known.
+func BenchmarkEvaluator(b *testing.B) {
+	r := rand.New(rand.NewPCG(11, 12))
+	const dim, nz, anchors = 512, 114, 10
+	coded := func() Sparse {
+		s := Sparse{Dim: dim, Lo: -4}
+		for k := -4; k <= 4; k++ {
+			s.Table = append(s.Table, float64(float32(float64(k)/12)))
+		}
+		for j := range dim {
+			if r.IntN(dim) < nz {
+				c := int16(r.IntN(9) - 4)
+				if c == 0 {
+					c = 1
+				}
+				s.Index, s.Code = append(s.Index, uint16(j)), append(s.Code, c)
+			}
+		}
+		s.NN = s.Norm()
+		return s
+	}
+	names := []string{"commitment", "focus", "intent", "issue", "mood", "motivation", "perspective"}
+	var fields []Field
+	var as []Anchor
+	for i := range anchors {
+		as = append(as, Anchor{Key: fmt.Sprint(i), Age: time.Duration(i) * time.Minute})
+	}
+	for _, name := range names {
+		x := make([]float64, dim)
+		in := coded()
+		for k, j := range in.Index {
+			x[j] = in.At(k)
+		}
+		f := Field{Name: name, X: x, XX: in.NN}
+		for range anchors {
+			f.Anchors = append(f.Anchors, coded())
+		}
+		fields = append(fields, f)
+	}
+	c := Default()
+	var e Evaluator
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Evaluate(c, fields, as, time.Minute)
 	}
 }
