@@ -442,20 +442,25 @@ func dialRaw(b *testing.B, sock string) net.Conn {
 // procSwitches is the context switches, voluntary and not, of pid's
 // threads (a Go daemon's threads live as long as it does).
 func procSwitches(pid int) int64 {
-	dirs, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+	return threadStatusSum(pid, "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+}
+
+// threadStatusSum is the sum over pid's threads of the /proc status
+// counters named by prefixes (a thread that ends meanwhile counts 0).
+func threadStatusSum(pid int, prefixes ...string) int64 {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
 	var n int64
-	for _, d := range dirs {
-		raw, err := os.ReadFile(d)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
 		if err != nil {
 			continue // the thread ended
 		}
 		for _, line := range strings.Split(string(raw), "\n") {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
+			for _, p := range prefixes {
+				if v, ok := strings.CutPrefix(line, p); ok {
+					k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					n += k
+				}
 			}
 		}
 	}

@@ -130,23 +130,7 @@ func procRuntime(pid int) time.Duration {
 // procWakeups is the voluntary context switches of pid's threads: each
 // is a thread going to sleep, so over a window it counts the wake-ups
 // that followed (a Go daemon's threads live as long as it does).
-func procWakeups(pid int) int64 {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
-	var n int64
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(raw), "\n") {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			}
-		}
-	}
-	return n
-}
+func procWakeups(pid int) int64 { return threadStatusSum(pid, "voluntary_ctxt_switches:") }
 
 // allocatedBytes is the disk space the files under dir take (st_blocks).
 func allocatedBytes(b *testing.B, dir string) int64 {
