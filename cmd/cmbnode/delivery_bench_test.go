@@ -448,14 +448,9 @@ func procSwitches(pid int) int64 {
 // threadStatusSum is the sum over pid's threads of the /proc status
 // counters named by prefixes (a thread that ends meanwhile counts 0).
 func threadStatusSum(pid int, prefixes ...string) int64 {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
 	var n int64
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, line := range strings.Split(string(raw), "\n") {
+	eachThread(pid, "status", func(raw string) {
+		for _, line := range strings.Split(raw, "\n") {
 			for _, p := range prefixes {
 				if v, ok := strings.CutPrefix(line, p); ok {
 					k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -463,8 +458,19 @@ func threadStatusSum(pid int, prefixes ...string) int64 {
 				}
 			}
 		}
-	}
+	})
 	return n
+}
+
+// eachThread calls fn with the /proc file name of each of pid's threads
+// (a thread that ends meanwhile is skipped).
+func eachThread(pid int, name string, fn func(raw string)) {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/" + name)
+	for _, f := range files {
+		if raw, err := os.ReadFile(f); err == nil {
+			fn(string(raw))
+		}
+	}
 }
 
 // procCPU is pid's user plus system time.

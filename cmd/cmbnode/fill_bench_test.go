@@ -112,18 +112,13 @@ func BenchmarkFill10k(b *testing.B) {
 // at idle exit finds running, which makes utime+stime about the number of
 // wake-ups times a tick's share, whatever each wake-up really ran.
 func procRuntime(pid int) time.Duration {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
 	var ns int64
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		if fs := strings.Fields(string(raw)); len(fs) > 0 {
+	eachThread(pid, "schedstat", func(raw string) {
+		if fs := strings.Fields(raw); len(fs) > 0 {
 			v, _ := strconv.ParseInt(fs[0], 10, 64)
 			ns += v
 		}
-	}
+	})
 	return time.Duration(ns)
 }
 
