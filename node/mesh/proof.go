@@ -242,11 +242,15 @@ func (m *Mesh) watchKeys(ctx context.Context) {
 	if err != nil && !errors.Is(err, groupkey.ErrNoHome) {
 		m.log.Warn("cannot watch the group secrets; re-reading them periodically", "every", m.cfg.KeyReload, "err", err)
 	}
-	var poll <-chan time.Time
+	// poll ticks every KeyReload while the directory is not watched.
+	var poll *time.Ticker
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	if changed == nil {
-		t := time.NewTicker(m.cfg.KeyReload)
-		defer t.Stop()
-		poll = t.C
+		poll = time.NewTicker(m.cfg.KeyReload)
 	}
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
@@ -256,6 +260,10 @@ func (m *Mesh) watchKeys(ctx context.Context) {
 			expiry.Reset(time.Until(at))
 		}
 		var added []uint32
+		var polled <-chan time.Time
+		if poll != nil {
+			polled = poll.C
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -263,12 +271,10 @@ func (m *Mesh) watchKeys(ctx context.Context) {
 			if !ok {
 				m.log.Warn("the group secrets' directory went away; re-reading it periodically", "every", m.cfg.KeyReload)
 				changed = nil
-				t := time.NewTicker(m.cfg.KeyReload)
-				defer t.Stop()
-				poll = t.C
+				poll = time.NewTicker(m.cfg.KeyReload)
 			}
 			added = m.reloadKeys()
-		case <-poll:
+		case <-polled:
 			added = m.reloadKeys()
 		case <-expiry.C:
 		}
