@@ -51,10 +51,10 @@ func (s *Store) rlockDB() {
 	s.dbMu.RLock()
 }
 
-// tryWritable is called by the leader of the group commit (or the idle writer goroutine) while the store is
-// read-only. It reopens it writable if the disk has room for that now and
-// reports whether the store writes; otherwise it refreshes the disk-full
-// state with the space free now.
+// tryWritable is called by the leader of the group commit (or the idle
+// writer goroutine) while the store is read-only. It reopens it writable
+// if the disk has room for that now and reports whether the store writes;
+// otherwise it refreshes the disk-full state with the space free now.
 func (s *Store) tryWritable() bool {
 	if !s.readOnly.Load() {
 		return true
