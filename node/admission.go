@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,9 +27,10 @@ import (
 //     rejected one, a quarantined one, or the incoming record itself (it is
 //     not stored yet when it is judged);
 //   - of those, the Recent most recent in the group (MMP's recentCMBs, the
-//     reference takes 5) and the Nearest best text matches of the incoming
-//     record's own text (so a near-copy of an older memory is found
-//     redundant, not only of the last few).
+//     reference takes 5) and up to Nearest near-copies of the incoming
+//     record (nearcopy.go), so a near-copy of an older memory is found
+//     redundant, not only of the last few; a record that copies none is
+//     judged against the recent ones alone, as the reference judges all.
 //
 // Vectors are per field, from the configured encoder when its last call
 // succeeded, it answers within EncoderTimeout and every anchor has its
@@ -67,14 +67,6 @@ type SVAFOptions struct {
 // the recent memory; a memory daemon keeps showing it.
 var DefaultSurface = []svaf.Decision{svaf.Aligned, svaf.Guarded, svaf.Rejected}
 
-// nearestTerms is how many of the incoming record's rarest terms find its
-// nearest anchors: a near-copy shares them (a copy keeps all but the one
-// or two terms an edit touches), a record of the same topic shares some,
-// and each further term is one more posting list to score, the common
-// ones a pass over most of the store. Eight find every near-copy
-// TestNearCopiesFound makes, 3,000 records back, as 32 did.
-const nearestTerms = 8
-
 // annexSVAF is the store namespace of verdicts.
 const annexSVAF = "svaf"
 
@@ -97,6 +89,7 @@ type admission struct {
 	hashedID        string // hashed.Kernel().ID, made once
 
 	vecs anchorVectors // hashed counts of anchors, by key
+	near nearIndex     // the signatures near-copies are found by
 	// works (*hashedWork) are evaluate's working memory, recycled: about
 	// 90 KB at 512 dimensions (the record's seven fields dense and their
 	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
@@ -226,19 +219,17 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 	return out
 }
 
-// anchorKeys picks the anchors for a record of group with texts, newest
-// first then nearest, without repeats. The nearest are found from the
-// record's index terms (all of its texts'), which it returns for the
-// record's indexing (nil if no search was made). When negligible holds
-// of the newest anchors, it looks for no nearest ones and reports so.
-func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]string, texts map[string]string, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, *store.Terms, bool, error) {
+// anchorKeys picks the anchors for a record of group with texts (all of
+// them, and the evaluable ones), newest first then nearest, without
+// repeats: the nearest are its near-copies (nearcopy.go). When negligible
+// holds of the newest anchors, it looks for no nearest ones and reports
+// so.
+func (n *Node) anchorKeys(ctx context.Context, group string, all *[cmb.NumFields]string, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, bool, error) {
 	var out []store.KeyTime
-	seen := map[string]bool{}
 	if n.adm.recent > 0 {
 		err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
 			if n.isAnchor(kt.Key) {
 				out = append(out, kt)
-				seen[kt.Key] = true
 			}
 			if len(out) >= n.adm.recent {
 				return errEnough
@@ -246,81 +237,36 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all [cmb.NumFields]
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {
-			return nil, nil, false, err
+			return nil, false, err
 		}
 		if negligible != nil && negligible(out) {
-			return out, nil, true, nil
+			return out, true, nil
 		}
 	}
-	var terms *store.Terms
-	if n.adm.nearest > 0 {
-		// The query is the evaluable texts, in field order, each ended by
-		// a newline. When none lost more than ASCII white space to
-		// trimming, its terms are those the record is indexed under, made
-		// once for both.
-		fields := make([]int, 0, len(texts))
-		trimmed := false
-		for i, name := range cmb.FieldNames {
-			if t, ok := texts[name]; ok {
-				fields = append(fields, i)
-				// ASCII white space, which the tokeniser cuts at, never
-				// changes a term.
-				trimmed = trimmed || t != strings.Trim(all[i], " \t\n\r\f\v")
-			}
+	if n.adm.nearest == 0 {
+		return out, false, nil
+	}
+	g, err := n.adm.near.group(ctx, n.adm.hashed, n.st, group)
+	if err != nil {
+		return nil, false, err
+	}
+	var words [128]uint64 // more than most fields' words
+	sig, ok, _ := nearSignature(n.adm.hashed, all, words[:0])
+	if !ok {
+		return out, false, nil
+	}
+	recent := len(out)
+	added := 0
+	for _, c := range n.adm.near.lookup(g, &sig, nil) {
+		if added == n.adm.nearest {
+			break
 		}
-		terms = n.st.Terms(all)
-		var query string
-		if trimmed {
-			// Other white space at either end can be part of a word
-			// (U+202F joins letters in UAX #29): search the texts as
-			// trimmed.
-			var q strings.Builder
-			for _, f := range fields {
-				q.WriteString(texts[cmb.FieldNames[f]])
-				q.WriteByte('\n')
-			}
-			query = q.String()
-		}
-		search := func(limit int) ([]store.Hit, error) {
-			o := store.SearchOptions{Limit: limit, Group: group, MaxTerms: nearestTerms}
-			if trimmed {
-				return n.st.Search(ctx, query, o)
-			}
-			return n.st.SearchTerms(ctx, terms, fields, o)
-		}
-		// The nearest anchors are the first of the best 4×Nearest hits
-		// that are anchors and not recent ones. A search's best k hits are
-		// the first k of its best 4×Nearest (hits rank in a total order),
-		// and a search for fewer costs less (MaxScore stops sooner), so
-		// the best 2×Nearest are searched first, which most often hold
-		// enough anchors, and the best 4×Nearest only when they do not.
-		picked := len(out)
-		for _, limit := range [...]int{2 * n.adm.nearest, 4 * n.adm.nearest} {
-			for _, kt := range out[picked:] { // a second search starts over
-				delete(seen, kt.Key)
-			}
-			out = out[:picked]
-			hits, err := search(limit)
-			if err != nil {
-				return nil, nil, false, err
-			}
-			added := 0
-			for _, h := range hits {
-				if added == n.adm.nearest {
-					break
-				}
-				if !seen[h.Key] && n.isAnchor(h.Key) {
-					out = append(out, store.KeyTime{Key: h.Key, CreatedAt: h.CreatedAt})
-					seen[h.Key] = true
-					added++
-				}
-			}
-			if added == n.adm.nearest || len(hits) < limit {
-				break // enough, or no more to find
-			}
+		if !slices.ContainsFunc(out[:recent], func(kt store.KeyTime) bool { return kt.Key == c.kt.Key }) && n.isAnchor(c.kt.Key) {
+			out = append(out, c.kt)
+			added++
 		}
 	}
-	return out, terms, false, nil
+	return out, false, nil
 }
 
 // negligible reports whether a record with texts, judged at now in the
@@ -348,7 +294,7 @@ func (a *admission) negligible(now time.Time, texts map[string]string, recent []
 
 // judge evaluates a checked broadcast record against the anchors and
 // returns the verdict with the annexes to store beside the record.
-func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, *store.Terms, error) {
+func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, error) {
 	all := rec.Fields.Texts()
 	texts := fieldTexts(all)
 	now := n.now()
@@ -360,20 +306,19 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		// which are stored with the record.
 		negligible = func(recent []store.KeyTime) bool { return n.adm.negligible(now, texts, recent) }
 	}
-	kts, terms, admit, err := n.anchorKeys(ctx, rec.Group, all, texts, negligible)
+	kts, admit, err := n.anchorKeys(ctx, rec.Group, &all, negligible)
 	if err != nil {
-		return verdictRecord{}, nil, nil, fmt.Errorf("svaf anchors: %w", err)
+		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
 	if admit {
 		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
 		annexes, err := verdictAnnex(out)
 		if err != nil {
-			return verdictRecord{}, nil, nil, err
+			return verdictRecord{}, nil, err
 		}
-		return out, annexes, nil, nil
+		return out, annexes, nil
 	}
-	out, annexes, err := n.evaluate(ctx, rec, texts, kts, now)
-	return out, annexes, terms, err
+	return n.evaluate(ctx, rec, texts, kts, now)
 }
 
 // evaluate judges rec, with texts, at now against the anchors kts and

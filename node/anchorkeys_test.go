@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -12,12 +13,14 @@ import (
 	"github.com/cmbnode/cmbnode/store"
 )
 
-// TestNearestFromTerms: the nearest anchors found from a record's index
-// terms are those Search finds for its evaluable texts, trimmed and joined
-// by newlines, whatever white space ends them (ASCII, which no term holds;
-// U+00A0 and U+202F, which send the search back to the trimmed text) and
-// with fields that are empty or "neutral" in any spelling.
-func TestNearestFromTerms(t *testing.T) {
+// TestNearestAreNearCopies: the nearest anchors are the records of the
+// group at least half of whose signature bins agree with the record's,
+// most agreeing first, then newest, as a comparison with every stored
+// record finds them, whether they were stored before the group's first
+// lookup (read from the store) or after it (added as stored), and whatever
+// white space, case, punctuation, empty or "neutral" fields the texts
+// hold.
+func TestNearestAreNearCopies(t *testing.T) {
 	ctx := context.Background()
 	n, _ := openNode(t, "alice", "alpha")
 	n.adm.recent = 0 // nearest anchors only
@@ -51,42 +54,101 @@ func TestNearestFromTerms(t *testing.T) {
 		}
 		return f
 	}
-	for range 150 {
-		if _, err := n.Remember(ctx, RememberInput{Fields: record()}); err != nil {
-			t.Fatal(err)
+	// edit makes a near-copy: one field's case, punctuation or one word.
+	edit := func(f cmb.Fields) cmb.Fields {
+		i := rng.IntN(cmb.NumFields)
+		switch rng.IntN(3) {
+		case 0:
+			f[i].Text = strings.ToUpper(f[i].Text)
+		case 1:
+			f[i].Text = strings.ReplaceAll(f[i].Text, " ", ", ")
+		default:
+			f[i].Text += " " + words[rng.IntN(len(words))]
 		}
+		return f
 	}
-	for i := range 100 {
-		f := record()
+	var stored []cmb.Fields
+	remember := func(f cmb.Fields) {
+		if _, err := n.Remember(ctx, RememberInput{Fields: f}); err != nil && !strings.Contains(err.Error(), "duplicate") {
+			t.Fatal(err)
+		}
+		stored = append(stored, f)
+	}
+	probe := func(i int) cmb.Fields {
+		if len(stored) > 0 && i%2 == 0 {
+			return edit(stored[rng.IntN(len(stored))])
+		}
+		return record()
+	}
+	for i := range 150 {
+		remember(probe(i))
+	}
+	check := func(i int) {
+		f := probe(i)
 		all := f.Texts()
-		texts := fieldTexts(all)
-		kts, terms, _, err := n.anchorKeys(ctx, "alpha", all, texts, nil)
+		kts, _, err := n.anchorKeys(ctx, "alpha", &all, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if terms == nil {
-			t.Fatal("no terms for the index")
-		}
-		var q strings.Builder
-		for _, name := range cmb.FieldNames {
-			if t, ok := texts[name]; ok {
-				q.WriteString(t)
-				q.WriteByte('\n')
-			}
-		}
-		hits, err := n.st.Search(ctx, q.String(), store.SearchOptions{Limit: 4 * n.adm.nearest, Group: "alpha", MaxTerms: nearestTerms})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want, got []string
-		for _, h := range hits[:min(len(hits), n.adm.nearest)] {
-			want = append(want, h.Key)
-		}
+		want := bruteNearest(t, n, &all)
+		var got []string
 		for _, kt := range kts {
 			got = append(got, kt.Key)
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("record %d %q: nearest %v, Search finds %v", i, all, got, want)
+			t.Fatalf("record %d %q: nearest %v, a comparison with every record finds %v", i, all, got, want)
 		}
 	}
+	found := 0
+	for i := range 100 {
+		check(i)
+		if i%2 == 0 {
+			found++
+		}
+	}
+	for i := range 100 { // stored after the first lookup
+		remember(probe(i))
+		check(i)
+	}
+	if found == 0 {
+		t.Fatal("no near-copy probed")
+	}
+}
+
+// bruteNearest is the keys of group alpha's first Nearest records by
+// signature agreement, compared with every stored record.
+func bruteNearest(t *testing.T, n *Node, all *[cmb.NumFields]string) []string {
+	t.Helper()
+	ctx := context.Background()
+	sig, ok, _ := nearSignature(n.adm.hashed, all, nil)
+	if !ok {
+		return nil
+	}
+	type cand struct {
+		kt    store.KeyTime
+		agree int
+	}
+	var cs []cand
+	err := n.st.Scan(ctx, store.Window{Group: "alpha"}, func(kt store.KeyTime) error {
+		r, err := n.st.GetLineage(ctx, kt.Key)
+		if err != nil {
+			return err
+		}
+		s, ok, _ := nearSignature(n.adm.hashed, &r.Texts, nil)
+		if a := agree(&sig, &s); ok && a >= nearAgree {
+			cs = append(cs, cand{kt, a})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(b.agree, a.agree), cmp.Compare(b.kt.CreatedAt, a.kt.CreatedAt), cmp.Compare(a.kt.Key, b.kt.Key))
+	})
+	var out []string
+	for _, c := range cs[:min(len(cs), n.adm.nearest)] {
+		out = append(out, c.kt.Key)
+	}
+	return out
 }

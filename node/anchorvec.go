@@ -237,9 +237,8 @@ func (f *hashedField) dense(x []float64) {
 // anchorVectors caches the hashed-kernel counts of anchors by key. A key
 // names its record's texts (the address covers them), so a key's counts
 // never change. Each incoming record is judged against the recent anchors
-// (which it becomes itself next) and its nearest text matches (a topic's
-// records, found again and again while it is busy); without the cache each
-// of them costs a store read and an n-gram pass per field.
+// (which it becomes itself next) and the records it nearly copies; without
+// the cache each of them costs a store read and an n-gram pass per field.
 //
 // It keeps two generations of anchorVectorsGen records: when the current
 // one fills it becomes the old one, and a record found there moves back, so

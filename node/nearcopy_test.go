@@ -128,7 +128,7 @@ func nearCopies(t *testing.T, numbered bool) {
 				}
 				f := texts[o]
 				e.edit(r, &f, vocab)
-				v, _, _, err := bob.judge(ctx, build(f))
+				v, _, err := bob.judge(ctx, build(f))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,7 +152,7 @@ func nearCopies(t *testing.T, numbered bool) {
 	falseRedundant := 0
 	const fresh = 60
 	for i := range fresh {
-		v, _, _, err := bob.judge(ctx, build(record(memory+i)))
+		v, _, err := bob.judge(ctx, build(record(memory+i)))
 		if err != nil {
 			t.Fatal(err)
 		}

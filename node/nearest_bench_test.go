@@ -48,7 +48,7 @@ func BenchmarkNearest(b *testing.B) {
 	for ; b.Loop(); n++ {
 		rec := judged[n%len(judged)]
 		all := rec.Fields.Texts()
-		if _, _, _, err := bob.anchorKeys(ctx, rec.Group, all, fieldTexts(all), nil); err != nil {
+		if _, _, err := bob.anchorKeys(ctx, rec.Group, &all, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

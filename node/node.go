@@ -479,7 +479,7 @@ func (n *Node) Publish(ctx context.Context, rec *cmb.Record, pub ed25519.PublicK
 func (n *Node) keepAndPublish(ctx context.Context, rec *cmb.Record, box *e2e.Box) (Result, error) {
 	// The record is encoded once, for the store and for the frame.
 	e := entryOf(rec)
-	res, err := n.keepEntry(ctx, rec, e, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""}, nil)
+	res, err := n.keepEntry(ctx, rec, e, store.Meta{Source: SourceLocal, Verified: true, Directed: rec.To != ""})
 	if err != nil {
 		return Result{}, err
 	}
@@ -653,20 +653,15 @@ func (n *Node) quarantineForged(ctx context.Context, author string, key ed25519.
 // commit. A duplicate is answered as Result says: another author's record
 // of held content is kept as an assertion (assertOther), a forgotten key
 // stores nothing. A new record is queued for the dense encoder, which never
-// makes this wait.
+// makes this wait, and unless quarantined added to its group's near-copy
+// table (nearcopy.go).
 func (n *Node) keep(ctx context.Context, rec *cmb.Record, m store.Meta, annexes ...store.ItemAnnex) (Result, error) {
-	return n.keepTerms(ctx, rec, m, nil, annexes...)
+	return n.keepEntry(ctx, rec, entryOf(rec), m, annexes...)
 }
 
-// keepTerms is keep with the record's index terms already made (nil: the
-// store makes them).
-func (n *Node) keepTerms(ctx context.Context, rec *cmb.Record, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
-	return n.keepEntry(ctx, rec, entryOf(rec), m, terms, annexes...)
-}
-
-// keepEntry is keepTerms with rec's entry (entryOf) already made.
-func (n *Node) keepEntry(ctx context.Context, rec *cmb.Record, e store.Entry, m store.Meta, terms *store.Terms, annexes ...store.ItemAnnex) (Result, error) {
-	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: e, Meta: m, Annexes: annexes, Terms: terms}})
+// keepEntry is keep with rec's entry (entryOf) already made.
+func (n *Node) keepEntry(ctx context.Context, rec *cmb.Record, e store.Entry, m store.Meta, annexes ...store.ItemAnnex) (Result, error) {
+	rs, err := n.st.PutMany(ctx, []store.Item{{Entry: e, Meta: m, Annexes: annexes}})
 	if err == nil {
 		err = rs[0].Err
 	}
@@ -676,6 +671,9 @@ func (n *Node) keepEntry(ctx context.Context, rec *cmb.Record, e store.Entry, m 
 	r := rs[0]
 	res := Result{Key: rec.Key, Duplicate: r.Duplicate, Forgotten: r.Forgotten}
 	if !r.Duplicate {
+		if !m.Quarantined {
+			n.adm.near.add(n.adm.hashed, rec.Key, rec.Group, rec.CreatedAt, &e.Texts)
+		}
 		if n.dense != nil {
 			n.dense.enqueue(rec.Key)
 		}

@@ -320,17 +320,16 @@ func (n *Node) Accept(ctx context.Context, c *Checked) (bool, error) {
 	// verdict.
 	var v *verdictRecord
 	var annexes []store.ItemAnnex
-	var terms *store.Terms
 	if !c.Directed && !c.Duplicate && c.Source.Via != SourceImport {
-		jv, a, t, err := n.judge(ctx, c.Record)
+		jv, a, err := n.judge(ctx, c.Record)
 		if err != nil {
 			return false, err
 		}
-		v, annexes, terms = &jv, a, t
+		v, annexes = &jv, a
 	}
 	// The verdict is written in the record's own commit: a stored broadcast
 	// record always has its verdict.
-	res, err := n.keepTerms(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed}, terms, annexes...)
+	res, err := n.keep(ctx, c.Record, store.Meta{Source: src, Verified: true, Decrypted: c.Decrypted, Directed: c.Directed}, annexes...)
 	if err != nil {
 		return false, err
 	}

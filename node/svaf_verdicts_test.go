@@ -20,12 +20,12 @@ import (
 )
 
 // svafVerdictsDigest is the SHA-256 of TestSVAFVerdictsUnchanged's
-// verdicts, as the nearest anchors found from a record's 8 rarest terms
-// reach them: caches, sparse vectors and the shared tokenisation must
-// leave every verdict, drift and nearest anchor as it is. A deliberate
+// verdicts, with the nearest anchors a record's near-copies by MinHash of
+// its word pairs (nearcopy.go): caches and sparse vectors must leave every
+// verdict, drift and nearest anchor as it is. A deliberate
 // change of SVAF's outcome changes it; CMBNODE_SVAF_DIGEST=1 prints the
 // new one.
-const svafVerdictsDigest = "773b597161d377b4d81c15a6a8b7593f558b1ec05032828f2a1d1940e60fe308"
+const svafVerdictsDigest = "f422af4e5dd29da35339e1adc1f01bd6dd573dc6974c4b6be4c4d3efd8b39280"
 
 // TestSVAFVerdictsUnchanged judges 3,000 records, one after another with a
 // fixed clock and fixed keys, through Check and Accept: new texts, copies

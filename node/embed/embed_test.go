@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -288,5 +289,28 @@ func BenchmarkHashedCounts(b *testing.B) {
 	b.SetBytes(300)
 	for i := 0; b.Loop(); i++ {
 		h.Counts(texts[i%len(texts)], c)
+	}
+}
+
+// TestAppendWords: a text's word hashes are its words', as Counts reads
+// words, whatever the case, punctuation and spacing, and an ASCII word
+// hashes alike in an ASCII text and in one that is not.
+func TestAppendWords(t *testing.T) {
+	h := DefaultHashed()
+	words := func(s string) []uint64 { return h.AppendWords(nil, s) }
+	base := words("Parser ships friday 42")
+	for _, s := range []string{"parser, ships; FRIDAY 42.", "  parser\tships\nfriday...42 ", "-parser-ships-friday-42-"} {
+		if got := words(s); !slices.Equal(got, base) {
+			t.Errorf("%q: %x, want %x", s, got, base)
+		}
+	}
+	if got := words("parser ships café friday 42"); len(got) != 5 || !slices.Equal(got[:2], base[:2]) || !slices.Equal(got[3:], base[2:]) {
+		t.Errorf("non-ASCII text: %x, want %x around café's", got, base)
+	}
+	if got := words("parser ship friday 42"); slices.Equal(got, base) {
+		t.Error("another word hashes alike")
+	}
+	if got := words(" ,;. "); len(got) != 0 {
+		t.Errorf("no word: %x", got)
 	}
 }

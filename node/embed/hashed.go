@@ -100,6 +100,48 @@ func (h Hashed) Counts(text string, c []int32) {
 	flush()
 }
 
+// AppendWords appends the FNV-1a (64-bit) hash of each of text's words,
+// in order, as Counts reads words: runs of letters and digits, NFC and
+// case folded. Texts whose words are the same give the same hashes
+// whatever their punctuation, case or spacing, as they give the same
+// counts.
+func (h Hashed) AppendWords(dst []uint64, text string) []uint64 {
+	x, in := uint64(fnvOffset64), false
+	if isASCII(text) {
+		for i := 0; i < len(text); i++ {
+			c := asciiFold[text[i]]
+			if c == 0 {
+				if in {
+					dst = append(dst, x)
+				}
+				x, in = fnvOffset64, false
+				continue
+			}
+			x = (x ^ uint64(c)) * fnvPrime64
+			in = true
+		}
+	} else {
+		var enc [utf8.UTFMax]byte
+		for _, r := range strings.ToLower(norm.NFC.String(text)) {
+			if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+				if in {
+					dst = append(dst, x)
+				}
+				x, in = fnvOffset64, false
+				continue
+			}
+			for _, c := range enc[:utf8.EncodeRune(enc[:], r)] {
+				x = (x ^ uint64(c)) * fnvPrime64
+			}
+			in = true
+		}
+	}
+	if in {
+		dst = append(dst, x)
+	}
+	return dst
+}
+
 // FNV-1a's 64-bit parameters (hash/fnv).
 const (
 	fnvOffset64 = 14695981039346656037

@@ -1,0 +1,305 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/node/embed"
+	"github.com/cmbnode/cmbnode/store"
+)
+
+// Near-copies (the nearest anchors of SVAF admission, admission.go).
+//
+// A record is redundant when every evaluable field is within SVAF's
+// redundancy threshold of an anchor's (cosine of their hashed n-gram
+// counts above 0.9): a near-copy, whose fields keep nearly all their words
+// in order. The nearest anchors exist to find such a copy of any older
+// memory, not only of the few recent ones, so they are found by MinHash
+// locality-sensitive hashing over the record's word pairs, not by a text
+// search:
+//
+//   - a record's shingles are its evaluable fields' consecutive word pairs,
+//     each tagged with its field (a field of one word is that word), words
+//     as the hashed kernel reads them (embed.Hashed.AppendWords), so
+//     punctuation, case and spacing change none;
+//   - its signature is nearBins minima of one hash of those shingles,
+//     each shingle going to one bin by the hash's top bits (one-permutation
+//     MinHash), an empty bin filled from the next full one; two records'
+//     bins agree with probability their shingle sets' Jaccard similarity;
+//   - the signature's nearBands bands of nearRows bins are looked up in a
+//     table per group: a record sharing a band is a candidate, kept when
+//     at least nearAgree of all bins agree.
+//
+// A near-copy keeps its shingles' Jaccard similarity high (a word added or
+// changed in one of seven 45-word fields: 0.98; a field dropped: 0.86),
+// while two unrelated records of the benchmarks' Zipf-drawn words share
+// about 3 % (at most 6 % of 80,000 pairs): a band is shared with
+// probability J⁴, so a copy at J = 0.86 shares one of 12 with probability
+// 0.9999 and at J = 0.7 with 0.96, and an unrelated record at J = 0.06 with
+// 1.6e-4. Words merely reordered keep the counts and not the pairs: such a
+// copy is found only among the recent anchors.
+//
+// The table holds every record stored in the group since it was first
+// looked up (keepEntry adds them) and, read on that first lookup, those
+// stored before: lookups are the same whatever the node judged before. A
+// record forgotten or purged since stays in it; a candidate is an anchor
+// only if it is one (isAnchor) and can be read.
+const (
+	nearBands = 12
+	nearRows  = 4
+	nearBins  = nearBands * nearRows
+	// nearAgree of nearBins bins agreeing is a Jaccard similarity of about
+	// 0.5 or more: below any near-copy's, far above unrelated records'.
+	nearAgree = nearBins / 2
+	// nearChain bounds the records one band's lookup reads, newest first:
+	// records of identical bands (a group of one-word records) would
+	// otherwise make it a scan of all of them.
+	nearChain = 64
+)
+
+// nearSig is a record's MinHash signature.
+type nearSig [nearBins]uint32
+
+// mix64 is splitmix64's finaliser: a bijection whose every output bit
+// depends on every input bit.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// nearSignature is the signature of texts' evaluable fields (words made
+// in buf, returned for reuse); ok is false when they have no word.
+func nearSignature(h embed.Hashed, texts *[cmb.NumFields]string, buf []uint64) (sig nearSig, ok bool, _ []uint64) {
+	for i := range sig {
+		sig[i] = math.MaxUint32
+	}
+	add := func(x uint64) {
+		x = mix64(x)
+		b, _ := bits.Mul64(x, nearBins) // the top bits pick the bin
+		sig[b] = min(sig[b], uint32(x))
+		ok = true
+	}
+	for f := range texts {
+		t, evaluable := evaluableText(texts[f])
+		if !evaluable {
+			continue
+		}
+		buf = h.AppendWords(buf[:0], t)
+		tag := uint64(f+1) * 0x9e3779b97f4a7c15
+		if len(buf) == 1 {
+			add(buf[0] ^ tag)
+		}
+		for k := 1; k < len(buf); k++ {
+			add((buf[k-1]*fnvPrime ^ buf[k]) + tag)
+		}
+	}
+	if !ok {
+		return sig, false, buf
+	}
+	// An empty bin takes the next full one's minimum, mixed with the
+	// distance, so two records' empty bins agree as often as full ones.
+	for i := range sig {
+		if sig[i] != math.MaxUint32 {
+			continue
+		}
+		for d := 1; ; d++ {
+			if v := sig[(i+d)%nearBins]; v != math.MaxUint32 {
+				sig[i] = uint32(mix64(uint64(v)<<8 | uint64(d)))
+				break
+			}
+		}
+	}
+	return sig, true, buf
+}
+
+// fnvPrime combines a word pair's hashes in order.
+const fnvPrime = 1099511628211
+
+// band is the table key of sig's band b.
+func (sig *nearSig) band(b int) uint64 {
+	r := sig[b*nearRows : (b+1)*nearRows]
+	x := uint64(b)
+	for _, v := range r {
+		x = mix64(x ^ uint64(v))
+	}
+	return x
+}
+
+// agree is how many bins of a and b agree.
+func agree(a, b *nearSig) int {
+	n := 0
+	for i := range a {
+		if a[i] == b[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// nearIndex holds the signatures of each group's records.
+type nearIndex struct {
+	mu     sync.RWMutex
+	groups map[string]*nearGroup
+}
+
+// nearGroup is one group's table. Entry e's chain link in band b is
+// next[e][b]: the entry added before it with the same band key, plus one
+// (0 ends the chain); heads holds each band key's newest entry plus one.
+type nearGroup struct {
+	ready chan struct{} // closed once the records stored before are in
+	keys  []string
+	at    []int64
+	sigs  []nearSig
+	next  [][nearBands]int32
+	pos   map[string]int32
+	heads map[uint64]int32
+}
+
+// nearCandidate is a record sharing a band with the looked-up one.
+type nearCandidate struct {
+	kt    store.KeyTime
+	agree int
+}
+
+// addLocked adds key's signature to g unless it holds key.
+func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
+	if _, ok := g.pos[key]; ok {
+		return
+	}
+	e := int32(len(g.keys))
+	g.pos[key] = e
+	g.keys, g.at, g.sigs = append(g.keys, key), append(g.at, at), append(g.sigs, *sig)
+	var links [nearBands]int32
+	for b := range links {
+		k := sig.band(b)
+		links[b] = g.heads[k]
+		g.heads[k] = e + 1
+	}
+	g.next = append(g.next, links)
+}
+
+// add puts a stored record of group into its table, when the group has
+// one (a group never looked up is read whole at its first lookup).
+func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb.NumFields]string) {
+	x.mu.RLock()
+	g := x.groups[group]
+	held := g != nil
+	if held {
+		_, held = g.pos[key]
+	}
+	x.mu.RUnlock()
+	if g == nil || held {
+		return
+	}
+	sig, ok, _ := nearSignature(h, texts, nil)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	g.addLocked(key, at, &sig)
+	x.mu.Unlock()
+}
+
+// group returns group's table, made on the first call from the records
+// stored in it (read through st): every later store adds to it itself.
+func (x *nearIndex) group(ctx context.Context, h embed.Hashed, st *store.Store, group string) (*nearGroup, error) {
+	x.mu.Lock()
+	if x.groups == nil {
+		x.groups = map[string]*nearGroup{}
+	}
+	g, found := x.groups[group]
+	if !found {
+		// Made and visible before the store is read: a record stored from
+		// now on is added by keepEntry, one stored before is read below.
+		g = &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
+		x.groups[group] = g
+	}
+	x.mu.Unlock()
+	if found {
+		select {
+		case <-g.ready:
+			return g, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	err := x.fill(ctx, h, st, g, group)
+	if err != nil {
+		// The next lookup reads the store again.
+		x.mu.Lock()
+		delete(x.groups, group)
+		x.mu.Unlock()
+	}
+	close(g.ready)
+	return g, err
+}
+
+// fill reads into g the records stored in group, oldest first.
+func (x *nearIndex) fill(ctx context.Context, h embed.Hashed, st *store.Store, g *nearGroup, group string) error {
+	var kts []store.KeyTime
+	if err := st.Scan(ctx, store.Window{Group: group}, func(kt store.KeyTime) error {
+		kts = append(kts, kt)
+		return nil
+	}); err != nil {
+		return err
+	}
+	var buf []uint64
+	for _, kt := range kts {
+		x.mu.RLock()
+		_, held := g.pos[kt.Key]
+		x.mu.RUnlock()
+		if held {
+			continue
+		}
+		r, err := st.GetLineage(ctx, kt.Key)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue // forgotten or purged since the scan
+		}
+		var sig nearSig
+		var ok bool
+		sig, ok, buf = nearSignature(h, &r.Texts, buf)
+		if !ok {
+			continue
+		}
+		x.mu.Lock()
+		g.addLocked(kt.Key, kt.CreatedAt, &sig)
+		x.mu.Unlock()
+	}
+	return nil
+}
+
+// lookup returns the records of g at least nearAgree of whose bins agree
+// with sig, most agreeing first, then newest, then by key.
+func (x *nearIndex) lookup(g *nearGroup, sig *nearSig, out []nearCandidate) []nearCandidate {
+	out = out[:0]
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for b := range nearBands {
+		e := g.heads[sig.band(b)]
+		for n := 0; e != 0 && n < nearChain; n++ {
+			i := e - 1
+			e = g.next[i][b]
+			if slices.ContainsFunc(out, func(c nearCandidate) bool { return c.kt.Key == g.keys[i] }) {
+				continue
+			}
+			if a := agree(sig, &g.sigs[i]); a >= nearAgree {
+				out = append(out, nearCandidate{kt: store.KeyTime{Key: g.keys[i], CreatedAt: g.at[i]}, agree: a})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b nearCandidate) int {
+		return cmp.Or(cmp.Compare(b.agree, a.agree), cmp.Compare(b.kt.CreatedAt, a.kt.CreatedAt), cmp.Compare(a.kt.Key, b.kt.Key))
+	})
+	return out
+}
