@@ -219,12 +219,12 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 	return out
 }
 
-// anchorKeys picks the anchors for a record of group with texts (all of
-// them, and the evaluable ones), newest first then nearest, without
-// repeats: the nearest are its near-copies (nearcopy.go). When negligible
-// holds of the newest anchors, it looks for no nearest ones and reports
-// so.
-func (n *Node) anchorKeys(ctx context.Context, group string, all *[cmb.NumFields]string, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, bool, error) {
+// anchorKeys picks the anchors for a record of group whose near-copy
+// signature is sig (nil: its fields have no word), newest first then
+// nearest, without repeats: the nearest are its near-copies
+// (nearcopy.go). When negligible holds of the newest anchors, it looks for
+// no nearest ones and reports so.
+func (n *Node) anchorKeys(ctx context.Context, group string, sig *nearSig, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, bool, error) {
 	var out []store.KeyTime
 	if n.adm.recent > 0 {
 		err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
@@ -243,21 +243,16 @@ func (n *Node) anchorKeys(ctx context.Context, group string, all *[cmb.NumFields
 			return out, true, nil
 		}
 	}
-	if n.adm.nearest == 0 {
+	if n.adm.nearest == 0 || sig == nil {
 		return out, false, nil
 	}
 	g, err := n.adm.near.group(ctx, n.adm.hashed, n.st, group)
 	if err != nil {
 		return nil, false, err
 	}
-	var words [128]uint64 // more than most fields' words
-	sig, ok, _ := nearSignature(n.adm.hashed, all, words[:0])
-	if !ok {
-		return out, false, nil
-	}
 	recent := len(out)
 	added := 0
-	for _, c := range n.adm.near.lookup(g, &sig, nil) {
+	for _, c := range n.adm.near.lookup(g, sig, nil) {
 		if added == n.adm.nearest {
 			break
 		}
@@ -306,7 +301,16 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 		// which are stored with the record.
 		negligible = func(recent []store.KeyTime) bool { return n.adm.negligible(now, texts, recent) }
 	}
-	kts, admit, err := n.anchorKeys(ctx, rec.Group, &all, negligible)
+	// The signature finds the record's near-copies and, once it is
+	// stored, the records that copy it: made whatever the verdict.
+	var words [128]uint64 // more than most fields' words
+	sig, ok, _ := nearSignature(n.adm.hashed, &all, words[:0])
+	var near *nearSig
+	if ok {
+		n.adm.near.judgedSig(rec.Key, &sig)
+		near = &sig
+	}
+	kts, admit, err := n.anchorKeys(ctx, rec.Group, near, negligible)
 	if err != nil {
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}

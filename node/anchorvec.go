@@ -102,17 +102,19 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch) h
 		idx, cnt := sc.idx[nf*dim:(nf+1)*dim], sc.cnt[nf*dim:(nf+1)*dim]
 		// Σc² in integers: Normalize's float64 sum of the same squares is
 		// exact too (a field has at most 64 Ki n-grams), so they agree.
-		var ss int64
-		var lo, hi int32
 		nz := 0
 		for j, c := range sc.counts {
-			ss += int64(c) * int64(c)
-			lo, hi = min(lo, c), max(hi, c)
 			// Every bucket is written at nz, which only moves past a
 			// nonzero one: about half are zero, in no order a branch
 			// could predict.
 			idx[nz], cnt[nz] = uint16(j), c
 			nz += int((uint32(c) | -uint32(c)) >> 31)
+		}
+		var ss int64
+		var lo, hi int32 // of all the counts, zeros too
+		for _, c := range cnt[:nz] {
+			ss += int64(c) * int64(c)
+			lo, hi = min(lo, c), max(hi, c)
 		}
 		if ss == 0 {
 			continue

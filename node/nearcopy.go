@@ -148,7 +148,15 @@ func agree(a, b *nearSig) int {
 type nearIndex struct {
 	mu     sync.RWMutex
 	groups map[string]*nearGroup
+	// judged are the signatures of records judged and not yet stored, by
+	// key, so storing one does not make its signature again. A key names
+	// its texts, so a signature kept under it is always its record's. A
+	// judged record may never be stored: past nearJudged they are dropped.
+	judged map[string]nearSig
 }
+
+// nearJudged bounds nearIndex.judged: more than the records judged at once.
+const nearJudged = 256
 
 // nearGroup is one group's table. Entry e's chain link in band b is
 // next[e][b]: the entry added before it with the same band key, plus one
@@ -186,19 +194,37 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	g.next = append(g.next, links)
 }
 
+// judgedSig keeps sig, of the judged record key, for its add.
+func (x *nearIndex) judgedSig(key string, sig *nearSig) {
+	x.mu.Lock()
+	if x.judged == nil || len(x.judged) >= nearJudged {
+		x.judged = make(map[string]nearSig, nearJudged)
+	}
+	x.judged[key] = *sig
+	x.mu.Unlock()
+}
+
 // add puts a stored record of group into its table, when the group has
 // one (a group never looked up is read whole at its first lookup).
 func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb.NumFields]string) {
-	x.mu.RLock()
+	x.mu.Lock()
+	sig, judged := x.judged[key]
+	delete(x.judged, key)
 	g := x.groups[group]
 	held := g != nil
 	if held {
 		_, held = g.pos[key]
 	}
-	x.mu.RUnlock()
 	if g == nil || held {
+		x.mu.Unlock()
 		return
 	}
+	if judged {
+		g.addLocked(key, at, &sig)
+		x.mu.Unlock()
+		return
+	}
+	x.mu.Unlock()
 	sig, ok, _ := nearSignature(h, texts, nil)
 	if !ok {
 		return

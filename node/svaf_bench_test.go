@@ -63,7 +63,27 @@ func BenchmarkHashFields(b *testing.B) {
 	h := embed.DefaultHashed()
 	sc := newHashScratch(h.Dim)
 	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		hashFields(h, &recs[i%len(recs)], sc)
+	cpu0, n := cpuTime(), 0
+	for ; b.Loop(); n++ {
+		hashFields(h, &recs[n%len(recs)], sc)
 	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/record")
+}
+
+// BenchmarkNearSignature is the near-copy signature of one standard
+// record (nearcopy.go), as SVAF makes it for an incoming record.
+func BenchmarkNearSignature(b *testing.B) {
+	fields := standardFields(64)
+	recs := make([][cmb.NumFields]string, len(fields))
+	for i, f := range fields {
+		recs[i] = f.Texts()
+	}
+	h := embed.DefaultHashed()
+	var buf []uint64
+	b.ReportAllocs()
+	cpu0, n := cpuTime(), 0
+	for ; b.Loop(); n++ {
+		_, _, buf = nearSignature(h, &recs[n%len(recs)], buf)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/record")
 }

@@ -71,7 +71,7 @@ func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 		// The full evaluation, against every anchor: the reference.
 		all := rec.Fields.Texts()
 		texts := fieldTexts(all)
-		kts, _, err := bob.anchorKeys(ctx, "alpha", &all, nil)
+		kts, _, err := bob.anchorKeys(ctx, "alpha", sigOf(bob, &all), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, admit, err := bob.anchorKeys(ctx, "alpha", &all, func(recent []store.KeyTime) bool { return bob.adm.negligible(clock, texts, recent) })
+		_, admit, err := bob.anchorKeys(ctx, "alpha", sigOf(bob, &all), func(recent []store.KeyTime) bool { return bob.adm.negligible(clock, texts, recent) })
 		if err != nil {
 			t.Fatal(err)
 		}
