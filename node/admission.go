@@ -256,7 +256,12 @@ func (n *Node) anchorKeys(ctx context.Context, group string, sig *nearSig, negli
 		if added == n.adm.nearest {
 			break
 		}
-		if !slices.ContainsFunc(out[:recent], func(kt store.KeyTime) bool { return kt.Key == c.kt.Key }) && n.isAnchor(c.kt.Key) {
+		if slices.ContainsFunc(out[:recent], func(kt store.KeyTime) bool { return kt.Key == c.kt.Key }) || !n.isAnchor(c.kt.Key) {
+			continue
+		}
+		if ok, err := n.st.Has(ctx, c.kt.Key); err != nil {
+			return nil, false, err
+		} else if ok {
 			out = append(out, c.kt)
 			added++
 		}

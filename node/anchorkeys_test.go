@@ -161,3 +161,34 @@ func sigOf(n *Node, all *[cmb.NumFields]string) *nearSig {
 	}
 	return &sig
 }
+
+// TestForgottenIsNoNearCopy: a forgotten record stays in its group's
+// near-copy table but is never a nearest anchor.
+func TestForgottenIsNoNearCopy(t *testing.T) {
+	ctx := context.Background()
+	n, _ := openNode(t, "alice", "alpha")
+	n.adm.recent = 0 // nearest anchors only
+	f := standardFields(1)[0]
+	res, err := n.Remember(ctx, RememberInput{Fields: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f[cmb.Focus].Text += " again"
+	all := f.Texts()
+	nearest := func() []store.KeyTime {
+		kts, _, err := n.anchorKeys(ctx, "alpha", sigOf(n, &all), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kts
+	}
+	if kts := nearest(); len(kts) != 1 || kts[0].Key != res.Key {
+		t.Fatalf("nearest %v, want the original %s", kts, res.Key)
+	}
+	if _, err := n.Forget(ctx, res.Key); err != nil {
+		t.Fatal(err)
+	}
+	if kts := nearest(); len(kts) != 0 {
+		t.Fatalf("nearest %v after the original was forgotten", kts)
+	}
+}

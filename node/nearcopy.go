@@ -3,6 +3,8 @@ package node
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
@@ -47,8 +49,8 @@ import (
 // The table holds every record stored in the group since it was first
 // looked up (keepEntry adds them) and, read on that first lookup, those
 // stored before: lookups are the same whatever the node judged before. A
-// record forgotten or purged since stays in it; a candidate is an anchor
-// only if it is one (isAnchor) and can be read.
+// record forgotten, purged or quarantined since stays in it; a candidate
+// is an anchor only if it is one (isAnchor) and still stored.
 const (
 	nearBands = 12
 	nearRows  = 4
@@ -286,11 +288,11 @@ func (x *nearIndex) fill(ctx context.Context, h embed.Hashed, st *store.Store, g
 			continue
 		}
 		r, err := st.GetLineage(ctx, kt.Key)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		if errors.Is(err, store.ErrNotFound) {
 			continue // forgotten or purged since the scan
+		}
+		if err != nil {
+			return fmt.Errorf("near-copy signature of %s: %w", kt.Key, err)
 		}
 		var sig nearSig
 		var ok bool
