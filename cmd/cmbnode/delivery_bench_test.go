@@ -42,6 +42,14 @@ import (
 //	CMBNODE_BENCH_TRANSPORT "quic": both daemons listen on QUIC only
 //	                       (default: TCP with Noise and yamux), to compare
 //	                       the transports' cost on loopback
+//	CMBNODE_BENCH_TRACE    a directory: each daemon of each step writes a Go
+//	                       execution trace there (sender-RATE.trace, …)
+//	CMBNODE_BENCH_TIMES    a directory: each step writes times-RATE.txt, one
+//	                       line per CMB: its index, when it was scheduled (ms
+//	                       after the step's start, whose Unix time in ns is
+//	                       the first line), and how long after that its reply
+//	                       and its cmb-accepted event came (ms, -1: never),
+//	                       to see when the slow ones happen
 //
 // CPU per CMB is each daemon's process CPU time (utime+stime) over the
 // step divided by the CMBs it remembered or accepted: on a shared machine
@@ -66,9 +74,12 @@ type deliveryStep struct {
 	sent, arrived int // remembered (answered ok), and arrived in time at the receiver
 	lost          int
 	failed        int // remember errors
-	p50, p99      time.Duration
-	senderCPU     time.Duration
-	receiverCPU   time.Duration
+	p50, p99, max time.Duration
+	// replyP99 is the 99th percentile of the sender's answer (scheduled →
+	// remember reply), the part of the latency before the record leaves.
+	replyP99    time.Duration
+	senderCPU   time.Duration
+	receiverCPU time.Duration
 	// Context switches of each daemon's threads over the step: every
 	// hand-off that finds a thread asleep costs one, and on an idle
 	// machine that wake-up's CPU shows in the figures above.
@@ -87,8 +98,8 @@ func (s deliveryStep) String() string {
 	if !s.ok() {
 		st = fmt.Sprintf("FAIL lost %d failed %d %s", s.lost, s.failed, s.listenerErr)
 	}
-	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms, CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f — %s",
-		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
+	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms max %.1f ms (reply p99 %.1f ms), CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f — %s",
+		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), ms(s.max), ms(s.replyP99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
 		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), st)
 }
 
@@ -226,6 +237,9 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 		if profile != "" {
 			a = append(a, "--cpuprofile", filepath.Join(profile, fmt.Sprintf("%s-%d.pprof", role, rate)))
 		}
+		if tr := os.Getenv("CMBNODE_BENCH_TRACE"); tr != "" {
+			a = append(a, "--trace", filepath.Join(tr, fmt.Sprintf("%s-%d.trace", role, rate)))
+		}
 		return a
 	}
 	snd = startDaemon(b, filepath.Join(dir, "snd"), args("sender")...)
@@ -324,6 +338,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 
 	conns := make([]net.Conn, deliveryConns)
 	keys := make([]string, n)
+	replied := make([]time.Time, n)
 	failed := 0
 	var rmu sync.Mutex
 	var readers sync.WaitGroup
@@ -351,7 +366,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 					rmu.Unlock()
 					continue
 				}
-				keys[rep.ID] = rep.Key
+				keys[rep.ID], replied[rep.ID] = rep.Key, time.Now()
 			}
 		})
 	}
@@ -399,14 +414,23 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	amu.Lock()
 	defer amu.Unlock()
 	s.accepted = len(arrived)
-	var lat []time.Duration
+	var lat, reply []time.Duration
+	var times strings.Builder
+	fmt.Fprintf(&times, "# start %d\n", start.UnixNano())
 	for i, k := range keys {
+		sched := start.Add(time.Duration(i) * interval)
 		if k == "" {
 			continue
 		}
-		s.sent++
 		at, ok := arrived[k]
-		l := at.Sub(start.Add(time.Duration(i) * interval))
+		arrival := -1.0
+		if ok {
+			arrival = ms(at.Sub(sched))
+		}
+		fmt.Fprintf(&times, "%d %.3f %.3f %.3f\n", i, ms(sched.Sub(start)), ms(replied[i].Sub(sched)), arrival)
+		s.sent++
+		reply = append(reply, replied[i].Sub(sched))
+		l := at.Sub(sched)
 		if !ok || l > deliveryLossAfter {
 			s.lost++
 			continue
@@ -414,12 +438,24 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 		s.arrived++
 		lat = append(lat, l)
 	}
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		s.p50 = lat[len(lat)/2]
-		s.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	if dir := os.Getenv("CMBNODE_BENCH_TIMES"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("times-%d.txt", rate)), []byte(times.String()), 0o644); err != nil {
+			b.Errorf("CMBNODE_BENCH_TIMES: %v", err)
+		}
 	}
+	s.p50, s.p99, s.max = permille(lat, 500), permille(lat, 990), permille(lat, 1000)
+	s.replyP99 = permille(reply, 990)
 	return s
+}
+
+// permille is the q/1000-quantile of d (1000: the largest), 0 when d is
+// empty; it sorts d.
+func permille(d []time.Duration, q int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, len(d)*q/1000)]
 }
 
 // standardRemember is one remember request of a standard CMB: the seven
