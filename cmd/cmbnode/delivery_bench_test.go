@@ -84,9 +84,14 @@ type deliveryStep struct {
 	// hand-off that finds a thread asleep costs one, and on an idle
 	// machine that wake-up's CPU shows in the figures above.
 	senderSw, receiverSw int64
-	accepted             int // events the receiver's listener got
-	stored               int // records the receiver holds at the end (the probe included)
-	listenerErr          string
+	// Time each daemon's threads spent runnable but waiting for a CPU
+	// (schedstat): where it is a large share of the latency, the tail is
+	// CPU contention (the machine's other load, or the three processes of
+	// the bench among themselves), not a stall of the daemons' own.
+	senderWait, receiverWait time.Duration
+	accepted                 int // events the receiver's listener got
+	stored                   int // records the receiver holds at the end (the probe included)
+	listenerErr              string
 }
 
 func (s deliveryStep) ok() bool {
@@ -98,9 +103,9 @@ func (s deliveryStep) String() string {
 	if !s.ok() {
 		st = fmt.Sprintf("FAIL lost %d failed %d %s", s.lost, s.failed, s.listenerErr)
 	}
-	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms max %.1f ms (reply p99 %.1f ms), CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f — %s",
+	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms max %.1f ms (reply p99 %.1f ms), CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f, CPU wait/CMB sender %.0f µs receiver %.0f µs — %s",
 		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), ms(s.max), ms(s.replyP99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
-		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), st)
+		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), perCMB(s.senderWait, s.sent), perCMB(s.receiverWait, s.accepted), st)
 }
 
 func perN(k int64, n int) float64 {
@@ -373,6 +378,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 
 	cpuS0, cpuR0 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
 	swS0, swR0 := procSwitches(snd.pid()), procSwitches(rcv.pid())
+	waitS0, waitR0 := procRunWait(snd.pid()), procRunWait(rcv.pid())
 	start := time.Now().Add(10 * time.Millisecond)
 	for i := range n {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
@@ -396,6 +402,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	}
 	cpuS1, cpuR1 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
 	swS1, swR1 := procSwitches(snd.pid()), procSwitches(rcv.pid())
+	waitS1, waitR1 := procRunWait(snd.pid()), procRunWait(rcv.pid())
 	stored := status(b, dialDaemon(b, rcv)).CMBs
 	for _, c := range conns {
 		c.Close()
@@ -403,7 +410,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	lis.Close()
 
 	s := deliveryStep{rate: rate, failed: failed, senderCPU: cpuS1 - cpuS0, receiverCPU: cpuR1 - cpuR0,
-		senderSw: swS1 - swS0, receiverSw: swR1 - swR0, stored: stored}
+		senderSw: swS1 - swS0, receiverSw: swR1 - swR0, senderWait: waitS1 - waitS0, receiverWait: waitR1 - waitR0, stored: stored}
 	select {
 	case e := <-listenDone:
 		if !strings.Contains(e, "use of closed") {
@@ -485,6 +492,19 @@ func dialRaw(b *testing.B, sock string) net.Conn {
 // threads (a Go daemon's threads live as long as it does).
 func procSwitches(pid int) int64 {
 	return threadStatusSum(pid, "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+}
+
+// procRunWait is the time pid's threads have spent runnable, waiting on a
+// run queue for a CPU: the second field of each thread's schedstat.
+func procRunWait(pid int) time.Duration {
+	var ns int64
+	eachThread(pid, "schedstat", func(raw string) {
+		if f := strings.Fields(raw); len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			ns += v
+		}
+	})
+	return time.Duration(ns)
 }
 
 // threadStatusSum is the sum over pid's threads of the /proc status
