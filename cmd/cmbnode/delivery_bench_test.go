@@ -42,6 +42,14 @@ import (
 //	CMBNODE_BENCH_TRANSPORT "quic": both daemons listen on QUIC only
 //	                       (default: TCP with Noise and yamux), to compare
 //	                       the transports' cost on loopback
+//	CMBNODE_BENCH_TRACE    a directory: each daemon of each step writes a Go
+//	                       execution trace there (sender-RATE.trace, …)
+//	CMBNODE_BENCH_TIMES    a directory: each step writes times-RATE.txt, one
+//	                       line per CMB: its index, when it was scheduled (ms
+//	                       after the step's start, whose Unix time in ns is
+//	                       the first line), and how long after that its reply
+//	                       and its cmb-accepted event came (ms, -1: never),
+//	                       to see when the slow ones happen
 //
 // CPU per CMB is each daemon's process CPU time (utime+stime) over the
 // step divided by the CMBs it remembered or accepted: on a shared machine
@@ -66,16 +74,24 @@ type deliveryStep struct {
 	sent, arrived int // remembered (answered ok), and arrived in time at the receiver
 	lost          int
 	failed        int // remember errors
-	p50, p99      time.Duration
-	senderCPU     time.Duration
-	receiverCPU   time.Duration
+	p50, p99, max time.Duration
+	// replyP99 is the 99th percentile of the sender's answer (scheduled →
+	// remember reply), the part of the latency before the record leaves.
+	replyP99    time.Duration
+	senderCPU   time.Duration
+	receiverCPU time.Duration
 	// Context switches of each daemon's threads over the step: every
 	// hand-off that finds a thread asleep costs one, and on an idle
 	// machine that wake-up's CPU shows in the figures above.
 	senderSw, receiverSw int64
-	accepted             int // events the receiver's listener got
-	stored               int // records the receiver holds at the end (the probe included)
-	listenerErr          string
+	// Time each daemon's threads spent runnable but waiting for a CPU
+	// (schedstat): where it is a large share of the latency, the tail is
+	// CPU contention (the machine's other load, or the three processes of
+	// the bench among themselves), not a stall of the daemons' own.
+	senderWait, receiverWait time.Duration
+	accepted                 int // events the receiver's listener got
+	stored                   int // records the receiver holds at the end (the probe included)
+	listenerErr              string
 }
 
 func (s deliveryStep) ok() bool {
@@ -87,9 +103,9 @@ func (s deliveryStep) String() string {
 	if !s.ok() {
 		st = fmt.Sprintf("FAIL lost %d failed %d %s", s.lost, s.failed, s.listenerErr)
 	}
-	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms, CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f — %s",
-		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
-		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), st)
+	return fmt.Sprintf("%5d/s: sent %d arrived %d (stored %d) p50 %.1f ms p99 %.1f ms max %.1f ms (reply p99 %.1f ms), CPU/CMB sender %.0f µs receiver %.0f µs, switches/CMB sender %.1f receiver %.1f, CPU wait/CMB sender %.0f µs receiver %.0f µs — %s",
+		s.rate, s.sent, s.arrived, s.stored, ms(s.p50), ms(s.p99), ms(s.max), ms(s.replyP99), perCMB(s.senderCPU, s.sent), perCMB(s.receiverCPU, s.accepted),
+		perN(s.senderSw, s.sent), perN(s.receiverSw, s.accepted), perCMB(s.senderWait, s.sent), perCMB(s.receiverWait, s.accepted), st)
 }
 
 func perN(k int64, n int) float64 {
@@ -226,6 +242,9 @@ func deliveryPair(b *testing.B, profile string, rate int) (snd, rcv *daemonProc)
 		if profile != "" {
 			a = append(a, "--cpuprofile", filepath.Join(profile, fmt.Sprintf("%s-%d.pprof", role, rate)))
 		}
+		if tr := os.Getenv("CMBNODE_BENCH_TRACE"); tr != "" {
+			a = append(a, "--trace", filepath.Join(tr, fmt.Sprintf("%s-%d.trace", role, rate)))
+		}
 		return a
 	}
 	snd = startDaemon(b, filepath.Join(dir, "snd"), args("sender")...)
@@ -324,6 +343,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 
 	conns := make([]net.Conn, deliveryConns)
 	keys := make([]string, n)
+	replied := make([]time.Time, n)
 	failed := 0
 	var rmu sync.Mutex
 	var readers sync.WaitGroup
@@ -351,13 +371,14 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 					rmu.Unlock()
 					continue
 				}
-				keys[rep.ID] = rep.Key
+				keys[rep.ID], replied[rep.ID] = rep.Key, time.Now()
 			}
 		})
 	}
 
 	cpuS0, cpuR0 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
 	swS0, swR0 := procSwitches(snd.pid()), procSwitches(rcv.pid())
+	waitS0, waitR0 := procRunWait(snd.pid()), procRunWait(rcv.pid())
 	start := time.Now().Add(10 * time.Millisecond)
 	for i := range n {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
@@ -381,6 +402,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	}
 	cpuS1, cpuR1 := procCPU(b, snd.pid()), procCPU(b, rcv.pid())
 	swS1, swR1 := procSwitches(snd.pid()), procSwitches(rcv.pid())
+	waitS1, waitR1 := procRunWait(snd.pid()), procRunWait(rcv.pid())
 	stored := status(b, dialDaemon(b, rcv)).CMBs
 	for _, c := range conns {
 		c.Close()
@@ -388,7 +410,7 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	lis.Close()
 
 	s := deliveryStep{rate: rate, failed: failed, senderCPU: cpuS1 - cpuS0, receiverCPU: cpuR1 - cpuR0,
-		senderSw: swS1 - swS0, receiverSw: swR1 - swR0, stored: stored}
+		senderSw: swS1 - swS0, receiverSw: swR1 - swR0, senderWait: waitS1 - waitS0, receiverWait: waitR1 - waitR0, stored: stored}
 	select {
 	case e := <-listenDone:
 		if !strings.Contains(e, "use of closed") {
@@ -399,14 +421,23 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 	amu.Lock()
 	defer amu.Unlock()
 	s.accepted = len(arrived)
-	var lat []time.Duration
+	var lat, reply []time.Duration
+	var times strings.Builder
+	fmt.Fprintf(&times, "# start %d\n", start.UnixNano())
 	for i, k := range keys {
+		sched := start.Add(time.Duration(i) * interval)
 		if k == "" {
 			continue
 		}
-		s.sent++
 		at, ok := arrived[k]
-		l := at.Sub(start.Add(time.Duration(i) * interval))
+		arrival := -1.0
+		if ok {
+			arrival = ms(at.Sub(sched))
+		}
+		fmt.Fprintf(&times, "%d %.3f %.3f %.3f\n", i, ms(sched.Sub(start)), ms(replied[i].Sub(sched)), arrival)
+		s.sent++
+		reply = append(reply, replied[i].Sub(sched))
+		l := at.Sub(sched)
 		if !ok || l > deliveryLossAfter {
 			s.lost++
 			continue
@@ -414,12 +445,24 @@ func runDeliveryStep(b *testing.B, rate int, d time.Duration) deliveryStep {
 		s.arrived++
 		lat = append(lat, l)
 	}
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		s.p50 = lat[len(lat)/2]
-		s.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	if dir := os.Getenv("CMBNODE_BENCH_TIMES"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("times-%d.txt", rate)), []byte(times.String()), 0o644); err != nil {
+			b.Errorf("CMBNODE_BENCH_TIMES: %v", err)
+		}
 	}
+	s.p50, s.p99, s.max = permille(lat, 500), permille(lat, 990), permille(lat, 1000)
+	s.replyP99 = permille(reply, 990)
 	return s
+}
+
+// permille is the q/1000-quantile of d (1000: the largest), 0 when d is
+// empty; it sorts d.
+func permille(d []time.Duration, q int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, len(d)*q/1000)]
 }
 
 // standardRemember is one remember request of a standard CMB: the seven
@@ -449,6 +492,19 @@ func dialRaw(b *testing.B, sock string) net.Conn {
 // threads (a Go daemon's threads live as long as it does).
 func procSwitches(pid int) int64 {
 	return threadStatusSum(pid, "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+}
+
+// procRunWait is the time pid's threads have spent runnable, waiting on a
+// run queue for a CPU: the second field of each thread's schedstat.
+func procRunWait(pid int) time.Duration {
+	var ns int64
+	eachThread(pid, "schedstat", func(raw string) {
+		if f := strings.Fields(raw); len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			ns += v
+		}
+	})
+	return time.Duration(ns)
 }
 
 // threadStatusSum is the sum over pid's threads of the /proc status
