@@ -26,10 +26,6 @@ import (
 type delta struct {
 	slots []uint32 // open addressing over terms, index+1; 0 is empty
 	terms []deltaTerm
-	// text holds the terms' bytes back to back: comparing against a term
-	// then reads memory touched moments ago, not the text of a record
-	// indexed hundreds of records back.
-	text []byte
 	// lids[i] is the term of posting posts[i], in the order added, which
 	// is document order; prev[i] is the index+1 in posts of the term's
 	// posting before it (0: none), so a term's postings are a chain from
@@ -43,8 +39,12 @@ type delta struct {
 }
 
 type deltaTerm struct {
-	off  uint32 // term is text[off : off+len]
-	len  uint32
+	// term is the string the termer made: every term the index is given
+	// is one of its cache's own copies (tokenize.go), so the same term
+	// from a later record is most often the same string, which Go's ==
+	// finds equal without reading its bytes; and the index keeps it
+	// without copying it, or keeping any record's text alive.
+	term string
 	hash uint32
 	n    uint32 // during a merge, where the term's run ends
 	last uint32 // index+1 in posts of the term's latest posting
@@ -53,8 +53,6 @@ type deltaTerm struct {
 	// holds deltaMax postings, so no count nears the limit of uint16.
 	df [NumFields]uint16
 }
-
-func (d *delta) term(e *deltaTerm) []byte { return d.text[e.off : e.off+e.len] }
 
 const (
 	// deltaMax is how many postings the delta takes before it is merged:
@@ -136,7 +134,7 @@ func (d *delta) lookup(t string, h uint32) *deltaTerm {
 		if s == 0 {
 			return nil
 		}
-		if e := &d.terms[s-1]; e.hash == h && string(d.term(e)) == t {
+		if e := &d.terms[s-1]; e.hash == h && e.term == t {
 			return e
 		}
 	}
@@ -165,15 +163,14 @@ func (d *delta) termID(t string, h uint32) uint32 {
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := d.slots[i]
 		if s == 0 {
-			d.terms = append(d.terms, deltaTerm{off: uint32(len(d.text)), len: uint32(len(t)), hash: h})
-			d.text = append(d.text, t...)
+			d.terms = append(d.terms, deltaTerm{term: t, hash: h})
 			d.slots[i] = uint32(len(d.terms))
 			if 2*len(d.terms) > len(d.slots) {
 				d.grow()
 			}
 			return uint32(len(d.terms) - 1)
 		}
-		if e := &d.terms[s-1]; e.hash == h && string(d.term(e)) == t {
+		if e := &d.terms[s-1]; e.hash == h && e.term == t {
 			return s - 1
 		}
 	}
@@ -248,10 +245,10 @@ func (x *textIndex) mergeLocked() {
 		run := sorted[start:e.n]
 		start = e.n
 		var pl *postingList
-		if j, ok := x.terms.find(string(d.term(e)), e.hash); ok {
+		if j, ok := x.terms.find(e.term, e.hash); ok {
 			pl = x.terms.inSlot(j)
 		} else {
-			pl = x.terms.insert(j, string(d.term(e)), e.hash)
+			pl = x.terms.insert(j, e.term, e.hash)
 		}
 		pl.post = append(pl.post, run...)
 		for _, p := range run {
@@ -260,8 +257,8 @@ func (x *textIndex) mergeLocked() {
 	}
 	// The table keeps the size a usual delta grows it to (8-16k terms);
 	// one grown for an unusually large delta is not kept.
+	clear(d.terms) // they hold the terms
 	d.terms = d.terms[:0]
-	d.text = d.text[:0]
 	d.lids = d.lids[:0]
 	d.posts = d.posts[:0]
 	d.prev = d.prev[:0]

@@ -332,7 +332,9 @@ func (c *stemCache) put(e stemEntry) {
 }
 
 // terms rewrites words in place into their terms, dropping stop words, and
-// returns the terms (a prefix of words). A nil termer stems without a cache.
+// returns the terms (a prefix of words). A nil termer stems without a cache;
+// any other returns its cache's copies of the terms, never substrings of
+// the words, so an index may keep them (textdelta.go).
 func (tm *termer) terms(words []string) []string {
 	out, _ := tm.termsHashed(words, nil, false)
 	return out
