@@ -564,3 +564,76 @@ func TestUniq(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchReadsDeltaAsMerged checks that a search reading postings still
+// in the delta finds exactly what it finds once they are merged: the same
+// hits with bit-identical scores, for short and whole-record queries,
+// MaxTerms, groups, field weights, AsOf, the tf table and pruning on or off.
+func TestSearchReadsDeltaAsMerged(t *testing.T) {
+	unmerged, merged := newTextIndex(nil), newTextIndex(nil)
+	c, qc := newCorpus(21), newCorpus(22)
+	var texts [][NumFields]string
+	queries := 0
+	for i := range 2500 {
+		e := c.record(i, testBase+int64(i)*1000)
+		if i%3 == 0 {
+			e.Group = "other"
+		}
+		texts = append(texts, e.Texts)
+		unmerged.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
+		merged.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
+		merged.mu.Lock()
+		merged.mergeLocked()
+		merged.mu.Unlock()
+		if i%25 != 24 {
+			continue
+		}
+		if unmerged.delta.empty() {
+			t.Fatalf("after record %d: nothing left in the delta to read", i)
+		}
+		for k := range 6 {
+			queries++
+			var q []string
+			if k%2 == 0 {
+				// A recent record's whole text, as admission searches it.
+				all := texts[len(texts)-1-k]
+				for _, f := range all {
+					q = append(q, Tokenize(f)...)
+				}
+			} else {
+				q = Tokenize(qc.words(1 + k))
+			}
+			q = uniq(unmerged.termer.terms(q))
+			o := SearchOptions{Limit: 1 + (i+k)%12, RecencyWeight: float64(k%3) * 0.7, HalfLife: time.Hour}
+			if k < 3 {
+				o.MaxTerms = 8
+			}
+			if (i+k)%4 == 0 {
+				o.Group = "other"
+			}
+			if (i+k)%5 == 0 {
+				o.FieldWeights = [NumFields]float64{2, 0, 1, 1, 0.5, 1, 3}
+			}
+			normalizeSearch(&o)
+			asOf, hide := testBase+int64(i)*1000, false
+			if (i+k)%7 == 0 {
+				asOf, hide = testBase+int64(i/2)*1000, true
+			}
+			for _, x := range []*textIndex{unmerged, merged} {
+				x.tableMin = partTableMin
+				if k%2 == 1 {
+					x.tableMin = 0
+				}
+				x.exhaustive = (i/25)%2 == 1
+			}
+			got := unmerged.search(q, o, asOf, hide)
+			want := merged.search(q, o, asOf, hide)
+			if !slices.Equal(got, want) {
+				t.Fatalf("record %d, query %d %+v:\nunmerged %+v\nmerged   %+v", i, k, o, got, want)
+			}
+		}
+	}
+	if unmerged.delta.empty() || queries == 0 {
+		t.Fatal("the delta was never read")
+	}
+}

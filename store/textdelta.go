@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // New documents' postings go to a delta before the index proper. Adding a
 // record's ~120 postings straight to the index costs, per term, a lookup in
@@ -13,32 +16,43 @@ import "sync"
 // sees several times fewer lookups.
 //
 // Documents themselves (docs, byKey, lengths) are added at once; only their
-// postings wait. Everything that reads postings merges first (mergeLocked).
+// postings wait. A search reads a term's postings in the index and then in
+// the delta (the delta's documents are all newer, so that is the order a
+// merge would give its list), and its document frequencies as the sum of
+// both, so it finds what it would after a merge without paying for one:
+// searching every received record, as admission does, would otherwise
+// merge the delta each time, one cold lookup per term of the record.
+// Everything else that reads postings merges first (mergeLocked).
 type delta struct {
 	slots []uint32 // open addressing over terms, index+1; 0 is empty
 	terms []deltaTerm
-	// text holds the terms' bytes back to back: comparing against a term
-	// then reads memory touched moments ago, not the text of a record
-	// indexed hundreds of records back.
-	text []byte
 	// lids[i] is the term of posting posts[i], in the order added, which
-	// is document order.
+	// is document order; prev[i] is the index+1 in posts of the term's
+	// posting before it (0: none), so a term's postings are a chain from
+	// its last.
 	lids   []uint32
 	posts  []uint64
+	prev   []uint32
 	sorted []uint64 // merge scratch
 	// touched sums what prefetch loaded; it means nothing.
 	touched uint64
 }
 
 type deltaTerm struct {
-	off  uint32 // term is text[off : off+len]
-	len  uint32
+	// term is the string the termer made: every term the index is given
+	// is one of its cache's own copies (tokenize.go), so the same term
+	// from a later record is most often the same string, which Go's ==
+	// finds equal without reading its bytes; and the index keeps it
+	// without copying it, or keeping any record's text alive.
+	term string
 	hash uint32
-	n    uint32 // postings; during a merge, where the term's run ends
+	n    uint32 // during a merge, where the term's run ends
 	last uint32 // index+1 in posts of the term's latest posting
+	// df counts the term's postings by field. A term has at most one
+	// posting per document and field, and the delta is merged once it
+	// holds deltaMax postings, so no count nears the limit of uint16.
+	df [NumFields]uint16
 }
-
-func (d *delta) term(e *deltaTerm) []byte { return d.text[e.off : e.off+e.len] }
 
 const (
 	// deltaMax is how many postings the delta takes before it is merged:
@@ -58,20 +72,32 @@ const (
 // overlap, where the lookups one after another would wait for each in
 // turn (most of a merge's time at 100k records).
 func (x *textIndex) prefetch(terms []deltaTerm) {
-	tt := &x.terms
+	var hs [mergeGroup]uint32
+	for k := range terms {
+		hs[k] = terms[k].hash
+	}
+	// Kept, so that the compiler keeps the loads.
+	x.delta.touched += x.terms.touch(hs[:len(terms)], true)
+}
+
+// touch loads the slots of the terms of hashes hs (at most mergeGroup),
+// then their lists, their terms' bytes and, if tails, the last of their
+// postings, and returns a sum of what it loaded, which means nothing: the
+// caller keeps it so that the loads are kept.
+func (tt *termTable) touch(hs []uint32, tails bool) uint64 {
 	if len(tt.slots) == 0 {
-		return
+		return 0
 	}
 	mask := len(tt.slots) - 1
 	var slots [mergeGroup]termSlot
-	for k := range terms {
-		slots[k] = tt.slots[int(terms[k].hash)&mask]
+	for k, h := range hs {
+		slots[k] = tt.slots[int(h)&mask]
 	}
 	var sum uint64
-	for k := range terms {
+	for k := range hs {
 		if s := slots[k]; s.list != 0 {
 			pl := tt.list(s.list - 1)
-			if n := len(pl.post); n > 0 {
+			if n := len(pl.post); tails && n > 0 {
 				sum += pl.post[n-1]
 			}
 			if len(pl.term) > 0 {
@@ -79,16 +105,54 @@ func (x *textIndex) prefetch(terms []deltaTerm) {
 			}
 		}
 	}
-	// Kept, so that the compiler keeps the loads.
-	x.delta.touched += sum
+	return sum
 }
 
 func (d *delta) empty() bool { return len(d.lids) == 0 }
 
 // add records posting p of term t (hash h).
-func (d *delta) add(t string, h uint32, p uint64) {
-	d.lids = append(d.lids, d.termID(t, h))
+func (d *delta) add(t string, h uint32, p uint64) { d.push(d.termID(t, h), p) }
+
+// push records posting p of term lid.
+func (d *delta) push(lid uint32, p uint64) {
+	e := &d.terms[lid]
+	d.lids = append(d.lids, lid)
 	d.posts = append(d.posts, p)
+	d.prev = append(d.prev, e.last)
+	e.last = uint32(len(d.posts))
+	e.df[(p>>29)&7]++
+}
+
+// lookup returns term t's entry (hash h), or nil if the delta has none.
+func (d *delta) lookup(t string, h uint32) *deltaTerm {
+	if len(d.terms) == 0 {
+		return nil
+	}
+	mask := uint32(len(d.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := d.slots[i]
+		if s == 0 {
+			return nil
+		}
+		if e := &d.terms[s-1]; e.hash == h && e.term == t {
+			return e
+		}
+	}
+}
+
+// appendPosts appends e's postings to dst in the order they were added.
+func (d *delta) appendPosts(dst []uint64, e *deltaTerm) []uint64 {
+	n := 0
+	for _, c := range e.df {
+		n += int(c)
+	}
+	k := len(dst) + n
+	dst = slices.Grow(dst, n)[:k]
+	for i := e.last; i != 0; i = d.prev[i-1] {
+		k--
+		dst[k] = d.posts[i-1]
+	}
+	return dst
 }
 
 func (d *delta) termID(t string, h uint32) uint32 {
@@ -99,15 +163,14 @@ func (d *delta) termID(t string, h uint32) uint32 {
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := d.slots[i]
 		if s == 0 {
-			d.terms = append(d.terms, deltaTerm{off: uint32(len(d.text)), len: uint32(len(t)), hash: h})
-			d.text = append(d.text, t...)
+			d.terms = append(d.terms, deltaTerm{term: t, hash: h})
 			d.slots[i] = uint32(len(d.terms))
 			if 2*len(d.terms) > len(d.slots) {
 				d.grow()
 			}
 			return uint32(len(d.terms) - 1)
 		}
-		if e := &d.terms[s-1]; e.hash == h && string(d.term(e)) == t {
+		if e := &d.terms[s-1]; e.hash == h && e.term == t {
 			return s - 1
 		}
 	}
@@ -115,9 +178,13 @@ func (d *delta) termID(t string, h uint32) uint32 {
 
 // prefetch loads the slots and terms of a group of tokens (by their
 // hashes), so that the cache misses of the lookups that follow overlap.
-func (d *delta) prefetch(hashes []uint32) {
+func (d *delta) prefetch(hashes []uint32) { d.touched += d.touch(hashes) }
+
+// touch is prefetch that returns a sum of what it loaded, which means
+// nothing, for a caller that must not write the delta.
+func (d *delta) touch(hashes []uint32) uint64 {
 	if d.slots == nil {
-		return
+		return 0
 	}
 	mask := uint32(len(d.slots) - 1)
 	var sum uint32
@@ -126,7 +193,7 @@ func (d *delta) prefetch(hashes []uint32) {
 			sum += d.terms[s-1].hash
 		}
 	}
-	d.touched += uint64(sum)
+	return uint64(sum)
 }
 
 func (d *delta) grow() {
@@ -178,10 +245,10 @@ func (x *textIndex) mergeLocked() {
 		run := sorted[start:e.n]
 		start = e.n
 		var pl *postingList
-		if j, ok := x.terms.find(string(d.term(e)), e.hash); ok {
+		if j, ok := x.terms.find(e.term, e.hash); ok {
 			pl = x.terms.inSlot(j)
 		} else {
-			pl = x.terms.insert(j, string(d.term(e)), e.hash)
+			pl = x.terms.insert(j, e.term, e.hash)
 		}
 		pl.post = append(pl.post, run...)
 		for _, p := range run {
@@ -190,10 +257,11 @@ func (x *textIndex) mergeLocked() {
 	}
 	// The table keeps the size a usual delta grows it to (8-16k terms);
 	// one grown for an unusually large delta is not kept.
+	clear(d.terms) // they hold the terms
 	d.terms = d.terms[:0]
-	d.text = d.text[:0]
 	d.lids = d.lids[:0]
 	d.posts = d.posts[:0]
+	d.prev = d.prev[:0]
 	if len(d.slots) > 4*deltaSlots {
 		d.slots = nil
 	} else {
@@ -282,9 +350,7 @@ func (x *textIndex) addTokensLocked(key string, at int64, group string, rt *reco
 				}
 				continue
 			}
-			d.lids = append(d.lids, lid)
-			d.posts = append(d.posts, packPosting(id, uint8(f), 1, 0))
-			e.last = uint32(len(d.posts))
+			d.push(lid, packPosting(id, uint8(f), 1, 0))
 		}
 		// The field's length is known only now.
 		fl := uint64(min(lens[f], lenMax))

@@ -195,10 +195,13 @@ type scoreScratch struct {
 	live    []uint32
 	cands   []uint32
 	tab     partTable
-	qs      []queryTerm    // the query's terms, as queryTerms finds them
-	order   []uint64       // queryTermsInto's ranks of terms by rarity
-	kept    []uint64       // and the rarest
-	lists   []*postingList // the ranked terms' lists
+	qs      []queryTerm // the query's terms, as queryTerms finds them
+	order   []uint64    // queryTermsInto's ranks of terms by rarity
+	kept    []uint64    // and the rarest
+	lists   []termRef   // the ranked terms' lists
+	refs    []termRef   // the query's terms' lists, in query order
+	sink    uint64      // sums what refs loaded ahead; it means nothing
+	tails   []uint64    // the query's terms' postings in the delta
 	// idfs are idf(df) for df < len(idfs) as one query computes them
 	// (0 until then): a query of a record's text has a few hundred terms
 	// in up to seven fields each, and most of their document frequencies
@@ -596,10 +599,11 @@ func uniq(in []string) []string {
 // few hundred terms, and a map for them was most of a search's allocation.
 var uniqSets sync.Pool
 
+// search runs a search under the read lock, the delta unmerged.
 func (x *textIndex) search(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
-	var hits []Hit
-	x.readMerged(func() { hits = x.searchLocked(qterms, o, asOfMs, hideLater) })
-	return hits
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.searchLocked(qterms, o, asOfMs, hideLater)
 }
 
 // readMerged runs fn under the index's lock with the delta merged.
@@ -626,22 +630,80 @@ func (x *textIndex) readMerged(fn func()) {
 
 // queryTerm is one query term's posting list and weights.
 type queryTerm struct {
-	post []uint64
-	wi   [NumFields]float64 // field weight × idf
-	ub   float64            // most one document can gain from this term
+	// post is the term's list in the index and tail its postings in the
+	// delta: one after the other, the list a merge would make.
+	post, tail []uint64
+	wi         [NumFields]float64 // field weight × idf
+	ub         float64            // most one document can gain from this term
+}
+
+// termRef is a term's entries in the index and the delta, either nil.
+type termRef struct {
+	pl *postingList
+	de *deltaTerm
+}
+
+// refs looks qterms up in the index and the delta, into sc.refs. A
+// group at a time, their slots and entries in both are loaded first, so that
+// the cache misses of a group's lookups overlap: a query of a record's
+// text looks up a hundred terms or more, one after another, each waiting
+// for its slot, then its list, then its term's bytes.
+func (x *textIndex) refs(sc *scoreScratch, qterms []string) []termRef {
+	refs := sc.refs[:0]
+	var hs [mergeGroup]uint32
+	for i := 0; i < len(qterms); i += mergeGroup {
+		g := qterms[i:min(i+mergeGroup, len(qterms))]
+		for k, t := range g {
+			hs[k] = termHash(t)
+		}
+		sc.sink += x.terms.touch(hs[:len(g)], false) + x.delta.touch(hs[:len(g)])
+		for k, t := range g {
+			refs = append(refs, termRef{x.terms.get(t, hs[k]), x.delta.lookup(t, hs[k])})
+		}
+	}
+	sc.refs = refs
+	return refs
+}
+
+// stats are the term's document frequencies by field and its postings,
+// over the index and the delta.
+func (r termRef) stats() (df [NumFields]int32, n int) {
+	if r.pl != nil {
+		df, n = r.pl.df, len(r.pl.post)
+	}
+	if r.de != nil {
+		for f, c := range r.de.df {
+			df[f] += int32(c)
+			n += int(c)
+		}
+	}
+	return df, n
 }
 
 // queryTerms looks up the query's terms and returns those found, and the
 // most the query could score (the divisor of Hit.Relevance). The caller
-// holds the lock, with the delta merged.
+// holds the lock.
 func (x *textIndex) queryTerms(qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
 	return x.queryTermsInto(&scoreScratch{qs: make([]queryTerm, 0, len(qterms))}, qterms, o)
 }
 
 // queryTermsInto is queryTerms in sc's buffers: it appends to sc.qs (which
-// it may reorder).
+// it may reorder), and the terms' postings in the delta to sc.tails.
 func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOptions) (qs []queryTerm, attainable float64) {
 	qs = sc.qs[:0]
+	// term is a found term's queryTerm, its weights not yet set.
+	term := func(r termRef) queryTerm {
+		q := queryTerm{}
+		if r.pl != nil {
+			q.post = r.pl.post
+		}
+		if r.de != nil {
+			n := len(sc.tails)
+			sc.tails = x.delta.appendPosts(sc.tails, r.de)
+			q.tail = sc.tails[n:len(sc.tails):len(sc.tails)]
+		}
+		return q
+	}
 	n := float64(x.live)
 	k1 := o.K1
 	maxW := 0.0
@@ -662,33 +724,36 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 		}
 		return *v
 	}
-	// weigh sets q's weights from its list's document frequencies and
+	// weigh sets q's weights from the term's document frequencies and
 	// returns its best field's weight.
-	weigh := func(q *queryTerm, pl *postingList) (best float64) {
+	weigh := func(q *queryTerm, df *[NumFields]int32) (best float64) {
 		for f := range q.wi {
-			if pl.df[f] == 0 {
+			if df[f] == 0 {
 				continue
 			}
-			q.wi[f] = o.FieldWeights[f] * idf(float64(pl.df[f]))
+			q.wi[f] = o.FieldWeights[f] * idf(float64(df[f]))
 			q.ub += q.wi[f] * (k1 + 1)
 			best = max(best, q.wi[f])
 		}
 		return best
 	}
 	if o.MaxTerms <= 0 || len(qterms) <= o.MaxTerms {
-		for _, t := range qterms {
-			pl := x.terms.get(t, termHash(t))
-			if pl == nil {
+		for _, r := range x.refs(sc, qterms) {
+			if r.pl == nil && r.de == nil {
 				// Found nowhere: as rare as a term found once.
 				attainable += maxW * idf(1) * (k1 + 1)
 				continue
 			}
-			q := queryTerm{post: pl.post}
-			attainable += weigh(&q, pl) * (k1 + 1)
-			if q.ub > 0 {
-				qs = append(qs, q)
+			df, _ := r.stats()
+			var q queryTerm
+			if attainable += weigh(&q, &df) * (k1 + 1); q.ub > 0 {
+				// Its postings only now: a term no weighted field
+				// holds is not scored.
+				qs = append(qs, term(r))
+				qs[len(qs)-1].wi, qs[len(qs)-1].ub = q.wi, q.ub
 			}
 		}
+		clear(sc.refs) // they point into the term table
 		return qs, attainable
 	}
 	// Only the MaxTerms rarest are scored, so only they need their
@@ -701,16 +766,16 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 		uniform = uniform && (w == 0 || w == maxW)
 	}
 	lists, order := sc.lists[:0], sc.order[:0]
-	for _, t := range qterms {
-		pl := x.terms.get(t, termHash(t))
-		if pl == nil {
+	for _, r := range x.refs(sc, qterms) {
+		if r.pl == nil && r.de == nil {
 			attainable += maxW * idf(1) * (k1 + 1)
 			continue
 		}
+		dfs, n := r.stats()
 		var best float64
 		if uniform {
 			var fewest int32
-			for f, df := range pl.df {
+			for f, df := range dfs {
 				if df != 0 && o.FieldWeights[f] != 0 && (fewest == 0 || df < fewest) {
 					fewest = df
 				}
@@ -721,15 +786,15 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 			best = maxW * idf(float64(fewest))
 		} else {
 			var q queryTerm
-			if best = weigh(&q, pl); q.ub == 0 {
+			if best = weigh(&q, &dfs); q.ub == 0 {
 				continue
 			}
 		}
 		attainable += best * (k1 + 1)
 		// The rarest, ties in query order: ranked by (posting count,
 		// position) pairs.
-		order = append(order, uint64(len(pl.post))<<32|uint64(len(lists)))
-		lists = append(lists, pl)
+		order = append(order, uint64(n)<<32|uint64(len(lists)))
+		lists = append(lists, r)
 	}
 	if len(order) > o.MaxTerms {
 		// The MaxTerms least of order, ascending: few pairs ever enter.
@@ -749,14 +814,16 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 		}
 		order, sc.kept = append(order[:0], sel...), sel[:0]
 	}
-	for _, r := range order {
-		pl := lists[uint32(r)]
-		q := queryTerm{post: pl.post}
-		weigh(&q, pl)
+	for _, k := range order {
+		r := lists[uint32(k)]
+		q := term(r)
+		df, _ := r.stats()
+		weigh(&q, &df)
 		qs = append(qs, q)
 	}
 	clear(lists) // they point into the term table
-	sc.lists, sc.order = lists[:0], order[:0]
+	clear(sc.refs)
+	sc.lists, sc.order, sc.refs = lists[:0], order[:0], sc.refs[:0]
 	return qs, attainable
 }
 
@@ -865,7 +932,7 @@ func (x *textIndex) termScores(qterms []string, keys []string, o SearchOptions, 
 	})
 }
 
-// searchLocked runs a search; the delta must be empty.
+// searchLocked runs a search; the caller holds the lock.
 func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64, hideLater bool) []Hit {
 	if x.live == 0 {
 		return nil
@@ -922,6 +989,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
 	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
+	sc.tails = sc.tails[:0]
 	qs, attainable := x.queryTermsInto(sc, qterms, o)
 	defer func() {
 		clear(qs[:cap(qs)]) // they hold posting lists
@@ -940,7 +1008,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	var tab *partTable
 	total := 0
 	for i := range qs {
-		total += len(qs[i].post)
+		total += len(qs[i].post) + len(qs[i].tail)
 	}
 	if total >= x.tableMin {
 		tab = x.partTab(sc, part)
@@ -965,21 +1033,23 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		q := &qs[i]
 		wi, scores, touched := q.wi, sc.score, sc.touched
 		filter := filterGroup || hideLater
-		for _, p := range q.post {
-			id := uint32(p >> 32)
-			f := (p >> 29) & 7
-			w := wi[f]
-			if w == 0 || (filter && !accept(id)) {
-				continue
-			}
-			if scores[id] == 0 {
-				touched = append(touched, id)
-			}
-			tf, fl := uint32(p>>17)&tfMax, uint32(p)&lenMax
-			if tab != nil && tf < partTF && fl < partLen {
-				scores[id] += w * tab[f][tf][fl]
-			} else {
-				scores[id] += w * part(int(f), tf, fl)
+		for _, post := range [2][]uint64{q.post, q.tail} {
+			for _, p := range post {
+				id := uint32(p >> 32)
+				f := (p >> 29) & 7
+				w := wi[f]
+				if w == 0 || (filter && !accept(id)) {
+					continue
+				}
+				if scores[id] == 0 {
+					touched = append(touched, id)
+				}
+				tf, fl := uint32(p>>17)&tfMax, uint32(p)&lenMax
+				if tab != nil && tf < partTF && fl < partLen {
+					scores[id] += w * tab[f][tf][fl]
+				} else {
+					scores[id] += w * part(int(f), tf, fl)
+				}
 			}
 		}
 		sc.touched = touched
@@ -1002,13 +1072,15 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			}
 			cands = live
 			q := &qs[i]
-			if len(cands)*16 > len(q.post) {
+			if len(cands)*16 > len(q.post)+len(q.tail) {
 				// Too many candidates for searching to beat one pass.
-				for _, p := range q.post {
-					id := uint32(p >> 32)
-					f := (p >> 29) & 7
-					if sc.score[id] != 0 && q.wi[f] != 0 {
-						sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
+				for _, post := range [2][]uint64{q.post, q.tail} {
+					for _, p := range post {
+						id := uint32(p >> 32)
+						f := (p >> 29) & 7
+						if sc.score[id] != 0 && q.wi[f] != 0 {
+							sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
+						}
 					}
 				}
 			} else {
@@ -1016,19 +1088,22 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 					slices.Sort(cands)
 					sorted = true
 				}
-				post := q.post
-				for _, id := range cands {
-					// First posting of doc id at or after the current position.
-					k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
-						return cmp.Compare(uint32(p>>32), id)
-					})
-					post = post[k:]
-					for len(post) > 0 && uint32(post[0]>>32) == id {
-						p := post[0]
-						if f := (p >> 29) & 7; q.wi[f] != 0 {
-							sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
+				// A document's postings are all in the index or all in
+				// the delta, so each adds what it has from one of them.
+				for _, post := range [2][]uint64{q.post, q.tail} {
+					for _, id := range cands {
+						// First posting of doc id at or after the current position.
+						k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
+							return cmp.Compare(uint32(p>>32), id)
+						})
+						post = post[k:]
+						for len(post) > 0 && uint32(post[0]>>32) == id {
+							p := post[0]
+							if f := (p >> 29) & 7; q.wi[f] != 0 {
+								sc.score[id] += q.wi[f] * part(int(f), uint32(p>>17)&tfMax, uint32(p)&lenMax)
+							}
+							post = post[1:]
 						}
-						post = post[1:]
 					}
 				}
 			}

@@ -236,14 +236,16 @@ type termer struct {
 const stemGroup = 16
 
 // stemCache is one generation of the termer's cache: a hash table with
-// linear probing over termHash of the word. An entry (one 64-byte cache
-// line) carries the word's length and its first and last eight bytes, so a
-// lookup of a word of up to 16 bytes (most words) touches its slot and its
-// entry and never the cached word's own bytes, where a map[string]string
-// reads them to compare.
+// linear probing over termHash of the word whose slots are the entries
+// themselves, at most half of them full. An entry (one 64-byte cache line)
+// carries the word's length and its first and last eight bytes, so a
+// lookup of a word of up to 16 bytes (most words) touches its entry, most
+// often the one at its home slot, and never the cached word's own bytes,
+// where a map[string]string reads them to compare, and a table of indices
+// into the entries another line first.
 type stemCache struct {
-	slots []uint32 // index+1 into ents; 0 is empty
-	ents  []stemEntry
+	ents []stemEntry // wlen 0 marks an empty slot: no word is empty
+	n    int         // entries in use
 }
 
 type stemEntry struct {
@@ -278,61 +280,67 @@ func headOf(s string) wordHead {
 
 // find returns w's entry, or nil.
 func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
-	if len(c.slots) == 0 {
+	if len(c.ents) == 0 {
 		return nil
 	}
-	mask := uint32(len(c.slots) - 1)
+	mask := uint32(len(c.ents) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
-		s := c.slots[i]
-		if s == 0 {
+		e := &c.ents[i]
+		if e.wlen == 0 {
 			return nil
 		}
-		e := &c.ents[s-1]
 		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
 			return e
 		}
 	}
 }
 
-// touch loads the slots, then the entries, that looking up the words of
-// hashes hs will read, and returns a sum of them so the loads are kept.
+// touch loads the entries at the home slots of the words of hashes hs,
+// which looking them up will read, and returns a sum of them so the loads
+// are kept.
 func (c *stemCache) touch(hs []uint32) uint32 {
-	if len(c.slots) == 0 {
+	if len(c.ents) == 0 {
 		return 0
 	}
-	mask := uint32(len(c.slots) - 1)
-	var idx [stemGroup]uint32
-	for k, h := range hs {
-		idx[k] = c.slots[h&mask]
-	}
+	mask := uint32(len(c.ents) - 1)
 	var sum uint32
-	for k := range hs {
-		if s := idx[k]; s != 0 {
-			sum += c.ents[s-1].whash
-		}
+	for _, h := range hs {
+		sum += c.ents[h&mask].whash
 	}
 	return sum
 }
 
-// put adds e, whose word is not in c.
-func (c *stemCache) put(e stemEntry) {
-	if len(c.slots) == 0 {
-		c.slots = make([]uint32, 2048)
+// put adds e, whose word is not in c, and returns it in c.
+func (c *stemCache) put(e stemEntry) *stemEntry {
+	if 2*(c.n+1) > len(c.ents) {
+		old := c.ents
+		c.ents = make([]stemEntry, max(2*len(old), 4096))
+		for k := range old {
+			if old[k].wlen != 0 {
+				*c.slot(old[k].whash) = old[k]
+			}
+		}
 	}
-	c.ents = append(c.ents, e)
-	mask := uint32(len(c.slots) - 1)
-	i := e.whash & mask
-	for c.slots[i] != 0 {
+	c.n++
+	p := c.slot(e.whash)
+	*p = e
+	return p
+}
+
+// slot is the empty slot where an entry of word hash h goes.
+func (c *stemCache) slot(h uint32) *stemEntry {
+	mask := uint32(len(c.ents) - 1)
+	i := h & mask
+	for c.ents[i].wlen != 0 {
 		i = (i + 1) & mask
 	}
-	c.slots[i] = uint32(len(c.ents))
-	if 2*len(c.ents) > len(c.slots) {
-		c.slots = rehash(2*len(c.slots), len(c.ents), func(j int) uint32 { return c.ents[j].whash })
-	}
+	return &c.ents[i]
 }
 
 // terms rewrites words in place into their terms, dropping stop words, and
-// returns the terms (a prefix of words). A nil termer stems without a cache.
+// returns the terms (a prefix of words). A nil termer stems without a cache;
+// any other returns its cache's copies of the terms, never substrings of
+// the words, so an index may keep them (textdelta.go).
 func (tm *termer) terms(words []string) []string {
 	out, _ := tm.termsHashed(words, nil, false)
 	return out
@@ -391,7 +399,7 @@ func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]str
 // putLocked adds e to the current generation (fresh: its word and stem
 // are not copies yet, nor its stem hashed) and returns it there.
 func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
-	if len(tm.cur.ents) >= termCacheSize {
+	if tm.cur.n >= termCacheSize {
 		tm.old, tm.cur = tm.cur, stemCache{}
 	}
 	if fresh {
@@ -408,8 +416,7 @@ func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
 			e.shash = termHash(e.stem)
 		}
 	}
-	tm.cur.put(e)
-	return &tm.cur.ents[len(tm.cur.ents)-1]
+	return tm.cur.put(e)
 }
 
 // stemWord is w's term, or "" if w is a stop word (before or after
