@@ -836,19 +836,29 @@ func (s *Store) waitApplied(ctx context.Context) error {
 }
 
 // wantApplied has the pending batches applied: by the leader before it
-// lets go, or, when nobody leads, by the caller, which takes the lead as a
-// submitter would (and commits whatever was queued meanwhile).
+// lets go, or, when nobody leads, by the caller, which takes the lead for
+// that alone. Jobs queued meanwhile go to the writer goroutine with the
+// lead, so a read never waits for a commit of others' writes.
 func (s *Store) wantApplied() {
 	c := &s.cm
 	c.mu.Lock()
-	c.applyDue = true
 	if c.leading {
+		c.applyDue = true
 		c.mu.Unlock()
 		return
 	}
 	c.leading = true
 	c.mu.Unlock()
-	s.lead(false)
+	s.applyPending(false)
+	c.mu.Lock()
+	c.applyDue = false // nothing was committed meanwhile: all is applied
+	if len(c.queue) > 0 || c.closed {
+		c.mu.Unlock()
+		c.wake <- struct{}{} // the lead passes to the writer goroutine
+	} else {
+		s.release()
+	}
+	s.indexOnce()
 }
 
 // waitIndexed returns once the indexes hold every batch acknowledged
