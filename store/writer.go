@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -31,8 +32,9 @@ import (
 // group, not per job), so the number of puts sharing a sync adapts to the
 // load without waiting on a timer.
 //
-// A batch the writer goroutine committed (under load) is applied to
-// badger right after its commit. One its own caller led pends instead:
+// A batch the writer goroutine committed (under load), or committed after
+// a read of the store, is applied to badger right after its commit. One
+// its own caller led with no read since the last commit pends instead:
 // the pending batches go to badger together, in one transaction, once
 // maxPending of them (or maxBatchBytes) wait, idleApply after the first of
 // them, when a reader of badger or of the indexes asks (waitApplied), with
@@ -321,6 +323,11 @@ type commitState struct {
 	// applyDue: a reader waits for the pending batches, or they pended
 	// idleApply; the leader applies them before it lets go of the lead.
 	applyDue bool
+	// read: a reader of badger or of the indexes came since the last
+	// commit. Where reads come between puts (a receiver's checks), a
+	// pending batch would only make the next reader wait for the commit
+	// in flight, so the next commit applies at once.
+	read atomic.Bool
 	// Owned by the leader.
 	w       *writerState
 	group   []*job
@@ -585,7 +592,11 @@ func (s *Store) commit(b *batch, bg, apply bool) {
 	}
 	c.pending = append(c.pending, b)
 	c.pendingSize += b.size
-	if apply || bg || (!b.write && len(b.ops) > 0) || len(c.pending) >= maxPending || c.pendingSize >= maxBatchBytes {
+	read := c.read.Load()
+	if read {
+		c.read.Store(false)
+	}
+	if apply || bg || read || (!b.write && len(b.ops) > 0) || len(c.pending) >= maxPending || c.pendingSize >= maxBatchBytes {
 		s.applyPending(bg)
 	} else if !c.idleArmed {
 		c.idle.Reset(idleApply)
@@ -827,12 +838,21 @@ func (s *Store) readable(ctx context.Context) error {
 // applied, which, unless enough batches pend, waits for a reader to ask
 // (wantApplied).
 func (s *Store) waitApplied(ctx context.Context) error {
+	s.noteRead()
 	acked := s.ackedSeq.Load()
 	if s.appliedSeq.Load() >= acked {
 		return nil
 	}
 	s.wantApplied()
 	return s.applied.wait(ctx, acked)
+}
+
+// noteRead records that a reader came (commitState.read), storing only
+// on a change so that readers do not contend for the cache line.
+func (s *Store) noteRead() {
+	if !s.cm.read.Load() {
+		s.cm.read.Store(true)
+	}
 }
 
 // wantApplied has the pending batches applied: by the leader before it
@@ -868,6 +888,7 @@ func (s *Store) waitIndexed(ctx context.Context) error {
 	if err := s.waitTextsLoaded(ctx); err != nil {
 		return err
 	}
+	s.noteRead()
 	acked := s.ackedSeq.Load()
 	if s.appliedSeq.Load() < acked {
 		s.wantApplied()
