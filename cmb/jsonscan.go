@@ -51,17 +51,26 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
-// skipString returns the end of the string starting at b[i] (its quote).
+// skipString returns the end of the string starting at b[i] (its quote):
+// the first quote after it that an even run of backslashes precedes (an
+// escape's backslash is never part of a longer run; inside a string \\ is
+// one escape), found by bytes.IndexByte rather than byte by byte.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	for start := i + 1; ; {
+		j := bytes.IndexByte(b[start:], '"')
+		if j < 0 {
+			return len(b)
 		}
+		q := start + j
+		n := 0
+		for p := q - 1; p >= start && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		start = q + 1
 	}
-	return i
 }
 
 // objectMembers is the members of the valid JSON object raw, as

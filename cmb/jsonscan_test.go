@@ -96,6 +96,9 @@ func FuzzObjectMembers(f *testing.F) {
 	f.Add([]byte(`{"a":1,"b":"x\u00e9","a":[1,{"c":"}"}], "d" : null}`))
 	f.Add([]byte("{\"\xff\":\"\\ud800\",\"k\\\"\":\" \"}"))
 	f.Add(buildSample(f, nil).Encode())
+	// Runs of backslashes before a quote: the string ends where the run
+	// is even.
+	f.Add([]byte(`{"a\\":"\\\"","b\\\\":"x\\\\","c":["\"\\",{"\\\"}":"]"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		data = trimJSON(data)
 		if !isKind(data, '{') || !json.Valid(data) {

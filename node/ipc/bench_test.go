@@ -1,12 +1,17 @@
 package ipc
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/rand"
 	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cmbnode/cmbnode/cmb"
+	"github.com/cmbnode/cmbnode/internal/benchtext"
 )
 
 // BenchmarkRememberRoundTrip is one client remembering in a loop: the
@@ -76,4 +81,36 @@ func BenchmarkRememberSustained(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "remembers/s")
+}
+
+// BenchmarkDecodeStandardRemember is the reader's work on one standard
+// remember request (seven 300-byte fields of Zipf-drawn words, as the
+// delivery benchmark sends) before its handler runs: decoding the line,
+// the text check and reading the fields.
+func BenchmarkDecodeStandardRemember(b *testing.B) {
+	r := rand.New(rand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := rand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	fields := map[string]any{}
+	for _, name := range cmb.FieldNames {
+		fields[name] = map[string]string{"text": benchtext.Field(name+" 1:", 300, vocab, z)}
+	}
+	line, err := json.Marshal(map[string]any{"type": "remember", "id": 1, "fields": fields})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := decodeMessage(line)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if member, _ := badTextRaw(line, m); member != "" {
+			b.Fatal(member)
+		}
+		if _, err := decodeRemember(m); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -83,7 +83,12 @@ func badString(b []byte) string {
 		return "is not valid UTF-8"
 	}
 	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' || i+1 >= len(b) {
+		// Only escapes matter: jump to the next backslash.
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			break
+		}
+		if i += j; i+1 >= len(b) {
 			continue
 		}
 		if b[i+1] != 'u' {

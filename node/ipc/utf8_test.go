@@ -59,3 +59,30 @@ func TestInvalidUTF8IsRefused(t *testing.T) {
 		t.Fatalf("unknown type with a control character: reply %q is not JSON (%v)", line, err)
 	}
 }
+
+// TestBadStringFindsEveryEscape: badString's verdict on escapes wherever
+// they stand (first, last, after other escapes, after an escaped
+// backslash, which makes the "\u" that follows plain text).
+func TestBadStringFindsEveryEscape(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`"plain text"`, ""},
+		{`"\u0000"`, "holds a NUL (\\u0000)"},
+		{`"a\nb\"c\u0000"`, "holds a NUL (\\u0000)"},
+		{`"\\u0000"`, ""},
+		{`"\\\u0000"`, "holds a NUL (\\u0000)"},
+		{`"x\ud83d\ude42y"`, ""},
+		{`"x\ud83dy"`, "is not valid UTF-8 (an unpaired surrogate escape)"},
+		{`"x\ude42"`, "is not valid UTF-8 (an unpaired surrogate escape)"},
+		{`"\ud83d\ude42\ud800"`, "is not valid UTF-8 (an unpaired surrogate escape)"},
+		{`"\u00e9\t\u20ac"`, ""},
+		{`"ends with \`, ""},
+		{`"\u12"`, ""},
+		{"\"raw \x00 nul\"", "holds a NUL"},
+		{"\"caf\xc3\"", "is not valid UTF-8"},
+		{strings.Repeat(`word \" `, 100) + `\u0000`, "holds a NUL (\\u0000)"},
+	} {
+		if got := badString([]byte(c.in)); got != c.want {
+			t.Errorf("badString(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package cmb
+
+// ValidJSON reports whether data is one valid JSON value, exactly as
+// json.Valid does (white space around it allowed, strings not checked
+// for UTF-8, nesting up to json's limit), in one pass that steps over
+// the bytes of a string in a tight loop: request lines and frames are
+// mostly text, which json.Valid's byte-at-a-time state machine reads
+// several times slower.
+func ValidJSON(data []byte) bool {
+	i, ok := validValue(data, skipSpace(data, 0), 0)
+	return ok && skipSpace(data, i) == len(data)
+}
+
+// maxJSONDepth is encoding/json's nesting limit (its scanner's
+// maxNestingDepth): json.Valid refuses a value nested deeper.
+const maxJSONDepth = 10000
+
+// validValue checks the value starting at b[i], at nesting depth (the
+// objects and arrays around it), and returns its end.
+func validValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return validString(b, i)
+	case c == '{' || c == '[':
+		if depth >= maxJSONDepth {
+			return i, false
+		}
+		return validComposite(b, i, depth+1)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return validNumber(b, i)
+	case c == 't':
+		return validLiteral(b, i, "true")
+	case c == 'f':
+		return validLiteral(b, i, "false")
+	case c == 'n':
+		return validLiteral(b, i, "null")
+	}
+	return i, false
+}
+
+// validComposite checks the object or array starting at b[i].
+func validComposite(b []byte, i, depth int) (int, bool) {
+	obj := b[i] == '{'
+	end := byte(']')
+	if obj {
+		end = '}'
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == end {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if obj {
+			if i >= len(b) || b[i] != '"' {
+				return i, false
+			}
+			if i, ok = validString(b, i); !ok {
+				return i, false
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return i, false
+			}
+			i = skipSpace(b, i+1)
+		}
+		if i, ok = validValue(b, i, depth); !ok {
+			return i, false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case end:
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+// validString checks the string starting at b[i] (its quote): no control
+// character, and only JSON's escapes.
+func validString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		switch c {
+		case '"':
+			return i + 1, true
+		case '\\':
+			i++
+			if i >= len(b) {
+				return i, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return i, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return i, false
+					}
+				}
+				i += 4
+			default:
+				return i, false
+			}
+		default: // a control character
+			return i, false
+		}
+	}
+	return i, false
+}
+
+// validNumber checks the number starting at b[i]:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return j, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return j, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func validLiteral(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return i, false
+	}
+	return i + len(lit), true
+}
