@@ -266,7 +266,7 @@ func MarshalFrame(f Frame) ([]byte, error) {
 // for its members, and the record a third time. Members are matched as
 // json.Unmarshal matches a struct's (names folded, the last one winning).
 func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
-	if !json.Valid(payload) {
+	if !ValidJSON(payload) {
 		return nil, false, nil
 	}
 	var typ []byte

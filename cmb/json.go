@@ -25,7 +25,7 @@ func DecodeDraft(data []byte) (*Record, error) { return decode(data, true) }
 
 func decode(data []byte, draft bool) (*Record, error) {
 	data = trimJSON(data)
-	if !isKind(data, '{') || !json.Valid(data) {
+	if !isKind(data, '{') || !ValidJSON(data) {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(data, &obj); err != nil {
 			return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
@@ -356,7 +356,7 @@ func validObject(raw []byte, path, want string) error {
 	if !isKind(raw, '{') {
 		return typeError(path, want)
 	}
-	if !json.Valid(raw) {
+	if !ValidJSON(raw) {
 		var obj map[string]json.RawMessage
 		return newError(ReasonBadRecord, path, json.Unmarshal(raw, &obj))
 	}
