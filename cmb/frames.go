@@ -266,11 +266,14 @@ func MarshalFrame(f Frame) ([]byte, error) {
 // for its members, and the record a third time. Members are matched as
 // json.Unmarshal matches a struct's (names folded, the last one winning).
 func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
-	if !json.Valid(payload) {
+	if !ValidJSON(payload) {
 		return nil, false, nil
 	}
 	var typ []byte
-	var cmbRaws, rest [][]byte // rest: name, value, name, value…
+	// In order, repeats kept; on the stack for a frame as cmbnode writes it.
+	var cmbBuf [1][]byte
+	var restBuf [6]member
+	cmbRaws, rest := cmbBuf[:0], restBuf[:0]
 	eachMember(payload, func(name string, v []byte) {
 		switch {
 		case strings.EqualFold(name, "type"):
@@ -278,17 +281,16 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 		case strings.EqualFold(name, "cmb"):
 			cmbRaws = append(cmbRaws, v)
 		default:
-			rest = append(rest, []byte(name), v)
+			rest = append(rest, member{name, v})
 		}
 	})
 	if !isKind(typ, '"') || unquote(typ) != TypeCMB {
 		return nil, false, nil
 	}
 	f := &CMBFrame{}
-	for i := 0; i < len(rest); i += 2 {
-		m := rest[i : i+2]
+	for _, m := range rest {
 		var dst any
-		switch name := string(m[0]); {
+		switch name := m.name; {
 		case strings.EqualFold(name, "timestamp"):
 			dst = &f.Timestamp
 		case strings.EqualFold(name, "to"):
@@ -302,9 +304,9 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 		default:
 			continue
 		}
-		if isKind(m[1], '"') {
+		if isKind(m.v, '"') {
 			if p, isStr := dst.(*string); isStr {
-				*p = unquote(m[1])
+				*p = unquote(m.v)
 				continue
 			}
 		}
@@ -313,19 +315,19 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 		// its reflection; anything else goes to it.
 		switch p := dst.(type) {
 		case *int64:
-			if isDigits(m[1]) {
-				if v, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil {
+			if isDigits(m.v) {
+				if v, err := strconv.ParseInt(string(m.v), 10, 64); err == nil {
 					*p = v
 					continue
 				}
 			}
 		case *bool:
-			if lit := string(m[1]); lit == "true" || lit == "false" {
+			if lit := string(m.v); lit == "true" || lit == "false" {
 				*p = lit == "true"
 				continue
 			}
 		}
-		if err := json.Unmarshal(m[1], dst); err != nil {
+		if err := json.Unmarshal(m.v, dst); err != nil {
 			return nil, true, fmt.Errorf("%w: cmb frame: %v", ErrDiscard, err)
 		}
 	}

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -24,7 +25,7 @@ func DecodeDraft(data []byte) (*Record, error) { return decode(data, true) }
 
 func decode(data []byte, draft bool) (*Record, error) {
 	data = trimJSON(data)
-	if !isKind(data, '{') || !json.Valid(data) {
+	if !isKind(data, '{') || !ValidJSON(data) {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(data, &obj); err != nil {
 			return nil, newError(ReasonBadRecord, "record is not a JSON object", err)
@@ -34,9 +35,14 @@ func decode(data []byte, draft bool) (*Record, error) {
 	return decodeValid(data, draft)
 }
 
+// recordMembers is room for the members of a record as cmbnode writes
+// one (more are allocated).
+const recordMembers = 12
+
 // decodeValid is decode of a valid JSON object.
 func decodeValid(data []byte, draft bool) (*Record, error) {
-	obj := objectMembers(data)
+	var buf [recordMembers]member
+	obj := appendObjectMembers(buf[:0], data)
 	r := &Record{}
 	var err error
 	required := []string{"key", "createdBy", "createdAt", "fields"}
@@ -44,11 +50,12 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 		required = []string{"fields"}
 	}
 	for _, req := range required {
-		if _, ok := obj[req]; !ok {
+		if _, ok := lookup(obj, req); !ok {
 			return nil, newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
 		}
 	}
-	for name, raw := range obj {
+	for _, m := range obj {
+		name, raw := m.name, json.RawMessage(m.v)
 		switch name {
 		case "key":
 			r.Key, err = decodeString(raw, "key")
@@ -145,19 +152,21 @@ func DecodeValidDraftFields(raw []byte) (*Fields, Members, error) {
 }
 
 func decodeDraftFieldsValid(raw []byte) (*Fields, Members, error) {
-	obj, err := decodeObject(raw, "fields", "an object of field name to text")
+	var buf [NumFields + 1]member
+	obj, err := decodeObject(buf[:0], raw, "fields", "an object of field name to text")
 	if err != nil {
 		return nil, nil, err
 	}
 	var f Fields
 	var extra Members
-	for name, v := range obj {
+	for _, m := range obj {
+		name, v := m.name, json.RawMessage(m.v)
 		i, known := FieldIndex(name)
 		switch {
 		case !known:
 			extra = append(extra, Member{Name: name, Value: append(json.RawMessage(nil), v...)})
 		case isKind(v, '"'):
-			f[i].Text, err = decodeString(v, "fields."+name)
+			f[i].Text = unquote(v)
 		case string(v) == "null":
 		case isKind(v, '{'):
 			err = decodeField(&f[i], v, name)
@@ -189,13 +198,14 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 }
 
 func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
-	obj, err := decodeObject(raw, "fields", "an object")
+	var buf [NumFields + 1]member
+	obj, err := decodeObject(buf[:0], raw, "fields", "an object")
 	if err != nil {
 		return nil, nil, err
 	}
 	var f Fields
 	for i, name := range FieldNames {
-		v, ok := obj[name]
+		v, ok := lookup(obj, name)
 		if !ok {
 			return nil, nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
 		}
@@ -205,9 +215,9 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 	}
 	var extra Members
 	if len(obj) > NumFields {
-		for k, v := range obj {
-			if _, known := FieldIndex(k); !known {
-				extra = append(extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
+		for _, m := range obj {
+			if _, known := FieldIndex(m.name); !known {
+				extra = append(extra, Member{Name: m.name, Value: append(json.RawMessage(nil), m.v...)})
 			}
 		}
 		sortMembers(extra)
@@ -215,31 +225,39 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 	return &f, extra, nil
 }
 
+// decodeField decodes field name's object raw. Its path in the record
+// ("fields." + name) is only spelled out in an error: a record's seven
+// fields are decoded without it.
 func decodeField(f *Field, raw json.RawMessage, name string) error {
-	path := "fields." + name
-	obj, err := decodeObject(raw, path, "an object with a text member")
-	if err != nil {
-		return err
+	var buf [4]member
+	if !isKind(raw, '{') {
+		return typeError("fields."+name, "an object with a text member")
 	}
-	t, ok := obj["text"]
-	if !ok {
-		return newError(ReasonBadRecord, path+".text is missing", nil)
+	obj := appendObjectMembers(buf[:0], raw)
+	if _, ok := lookup(obj, "text"); !ok {
+		return newError(ReasonBadRecord, "fields."+name+".text is missing", nil)
 	}
-	for k, v := range obj {
+	path := func() string { return "fields." + name }
+	var err error
+	for _, m := range obj {
+		k, v := m.name, json.RawMessage(m.v)
 		switch {
 		case k == "text":
-			f.Text, err = decodeString(t, path+".text")
+			if !isKind(v, '"') {
+				return typeError(path()+".text", "a string")
+			}
+			f.Text = unquote(v)
 		case k == "vector":
 			if !isKind(v, '[') {
-				return typeError(path+".vector", "an array of numbers")
+				return typeError(path()+".vector", "an array of numbers")
 			}
 			if err = json.Unmarshal(v, &f.Vector); err != nil {
-				return typeError(path+".vector", "an array of numbers")
+				return typeError(path()+".vector", "an array of numbers")
 			}
 		case name == "mood" && k == "valence":
-			f.Valence, err = decodeUnit(v, path+".valence")
+			f.Valence, err = decodeUnit(v, name, k)
 		case name == "mood" && k == "arousal":
-			f.Arousal, err = decodeUnit(v, path+".arousal")
+			f.Arousal, err = decodeUnit(v, name, k)
 		default:
 			f.Extra = append(f.Extra, Member{Name: k, Value: append(json.RawMessage(nil), v...)})
 		}
@@ -251,13 +269,17 @@ func decodeField(f *Field, raw json.RawMessage, name string) error {
 	return nil
 }
 
-func decodeUnit(raw json.RawMessage, path string) (*float64, error) {
-	var x float64
-	if !isNumber(raw) || json.Unmarshal(raw, &x) != nil {
-		return nil, typeError(path, "a number")
+// decodeUnit reads raw, member k of field name's object in a valid
+// record, as json.Unmarshal reads a float64 (a JSON number is the syntax
+// ParseFloat takes, and a number out of float64's range is refused by
+// both), and checks it is in [-1, 1].
+func decodeUnit(raw json.RawMessage, name, k string) (*float64, error) {
+	x, err := strconv.ParseFloat(string(raw), 64)
+	if !isNumber(raw) || err != nil {
+		return nil, typeError("fields."+name+"."+k, "a number")
 	}
 	if x < -1 || x > 1 {
-		return nil, newError(ReasonBadRecord, fmt.Sprintf("%s is %v, outside [-1, 1]", path, x), nil)
+		return nil, newError(ReasonBadRecord, fmt.Sprintf("fields.%s.%s is %v, outside [-1, 1]", name, k, x), nil)
 	}
 	return &x, nil
 }
@@ -266,12 +288,14 @@ func decodeLineage(raw json.RawMessage) (*Lineage, error) {
 	if string(raw) == "null" {
 		return nil, nil
 	}
-	obj, err := decodeObject(raw, "lineage", "an object or null")
+	var buf [4]member
+	obj, err := decodeObject(buf[:0], raw, "lineage", "an object or null")
 	if err != nil {
 		return nil, err
 	}
 	l := &Lineage{}
-	for k, v := range obj {
+	for _, m := range obj {
+		k, v := m.name, json.RawMessage(m.v)
 		switch k {
 		case "parents":
 			l.Parents, err = decodeStrings(v, "lineage.parents")
@@ -294,12 +318,14 @@ func decodeLineage(raw json.RawMessage) (*Lineage, error) {
 }
 
 func decodeE2E(raw json.RawMessage) (*E2E, error) {
-	obj, err := decodeObject(raw, "_e2e", "an object")
+	var buf [2]member
+	obj, err := decodeObject(buf[:0], raw, "_e2e", "an object")
 	if err != nil {
 		return nil, err
 	}
 	e := &E2E{}
-	for k, v := range obj {
+	for _, m := range obj {
+		k, v := m.name, json.RawMessage(m.v)
 		if k == "nonce" {
 			e.Nonce, err = decodeString(v, "_e2e.nonce")
 			if err != nil {
@@ -313,13 +339,14 @@ func decodeE2E(raw json.RawMessage) (*E2E, error) {
 	return e, nil
 }
 
-// decodeObject parses a member of a valid record that should be an
-// object, naming path and what was wanted when it is something else.
-func decodeObject(raw json.RawMessage, path, want string) (map[string]json.RawMessage, error) {
+// decodeObject appends to buf the members of raw, a member of a valid
+// record that should be an object, naming path and what was wanted when
+// it is something else.
+func decodeObject(buf []member, raw json.RawMessage, path, want string) ([]member, error) {
 	if !isKind(raw, '{') {
 		return nil, typeError(path, want)
 	}
-	return objectMembers(raw), nil
+	return appendObjectMembers(buf, raw), nil
 }
 
 // validObject checks raw, from outside a record, before it is read as
@@ -329,7 +356,7 @@ func validObject(raw []byte, path, want string) error {
 	if !isKind(raw, '{') {
 		return typeError(path, want)
 	}
-	if !json.Valid(raw) {
+	if !ValidJSON(raw) {
 		var obj map[string]json.RawMessage
 		return newError(ReasonBadRecord, path, json.Unmarshal(raw, &obj))
 	}
@@ -380,8 +407,13 @@ func isNumber(raw []byte) bool {
 	return len(raw) > 0 && (raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'))
 }
 
+// sortMembers sorts m by name (each name is there once). Most objects have
+// no unknown member: an empty m is left as it is, without sort.Slice's
+// reflection.
 func sortMembers(m Members) {
-	sort.Slice(m, func(i, j int) bool { return m[i].Name < m[j].Name })
+	if len(m) > 1 {
+		slices.SortFunc(m, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	}
 }
 
 // Encode emits the record as minified JSON: known members in a fixed order,

@@ -86,6 +86,64 @@ func objectMembers(raw []byte) map[string]json.RawMessage {
 // scanning raw a second time: each value is a slice of raw, not a copy.
 func ObjectMembers(raw []byte) map[string]json.RawMessage { return objectMembers(trimJSON(raw)) }
 
+// member is one member of a valid JSON object: its name decoded, its
+// value a slice of the object.
+type member struct {
+	name string
+	v    []byte
+}
+
+// indexedMembers is how many members an object may have before
+// appendObjectMembers finds repeated names through a map rather than by
+// comparing each name with all before it, which would be quadratic in a
+// frame of thousands of tiny members.
+const indexedMembers = 16
+
+// appendObjectMembers appends to ms the members of the valid JSON object raw,
+// each name once, in the order names first appear, with the value of the
+// last member of that name, as json.Unmarshal into a map keeps it.
+// Decoders pass a small array of their stack as ms: a record's objects
+// are taken apart without allocating.
+func appendObjectMembers(ms []member, raw []byte) []member {
+	base := len(ms)
+	var index map[string]int
+	eachMember(raw, func(name string, v []byte) {
+		if index != nil {
+			if j, ok := index[name]; ok {
+				ms[j].v = v
+				return
+			}
+			index[name] = len(ms)
+		} else {
+			for j := base; j < len(ms); j++ {
+				if ms[j].name == name {
+					ms[j].v = v
+					return
+				}
+			}
+			if len(ms)-base == indexedMembers {
+				index = make(map[string]int, 2*indexedMembers)
+				for j := base; j < len(ms); j++ {
+					index[ms[j].name] = j
+				}
+				index[name] = len(ms)
+			}
+		}
+		ms = append(ms, member{name, v})
+	})
+	return ms
+}
+
+// lookup is the value of the member named name, if ms has it.
+func lookup(ms []member, name string) ([]byte, bool) {
+	for _, m := range ms {
+		if m.name == name {
+			return m.v, true
+		}
+	}
+	return nil, false
+}
+
 // eachMember calls fn with each member of the valid JSON object raw, in
 // order.
 func eachMember(raw []byte, fn func(name string, v []byte)) {

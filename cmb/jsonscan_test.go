@@ -99,6 +99,12 @@ func FuzzObjectMembers(f *testing.F) {
 	// Runs of backslashes before a quote: the string ends where the run
 	// is even.
 	f.Add([]byte(`{"a\\":"\\\"","b\\\\":"x\\\\","c":["\"\\",{"\\\"}":"]"}]}`))
+	// Past indexedMembers, with names repeated before and after it.
+	many := `{"r":0`
+	for i := range 2 * indexedMembers {
+		many += `,"m` + string(rune('a'+i)) + `":` + string(rune('0'+i%10)) + `,"r":` + string(rune('0'+i%10))
+	}
+	f.Add([]byte(many + `,"ma":"last"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		data = trimJSON(data)
 		if !isKind(data, '{') || !json.Valid(data) {
@@ -107,6 +113,18 @@ func FuzzObjectMembers(f *testing.F) {
 		var want map[string]json.RawMessage
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatal(err)
+		}
+		// appendObjectMembers: each name once, with the last value.
+		ms := appendObjectMembers([]member{{"before", nil}}, data)[1:]
+		if len(ms) != len(want) {
+			t.Fatalf("%d members appended, json.Unmarshal finds %d", len(ms), len(want))
+		}
+		seen := map[string]bool{}
+		for i, m := range ms {
+			if seen[m.name] || !bytes.Equal(m.v, want[m.name]) {
+				t.Fatalf("member %d %q: %s (repeated %v), json.Unmarshal gives %s", i, m.name, m.v, seen[m.name], want[m.name])
+			}
+			seen[m.name] = true
 		}
 		got := objectMembers(data)
 		if len(got) != len(want) {

@@ -170,18 +170,26 @@ func encodeError(action string, id json.RawMessage, e *Error) []byte {
 	return append(b, '}')
 }
 
-// encodeEvent renders {"type":"event","event":name,"data":data}.
-func encodeEvent(name string, data any) ([]byte, error) {
+// encodeEvent appends {"type":"event","event":name,"data":data} to dst.
+// A cmb-accepted event's data is written by appendAcceptedEvent, the same
+// bytes json.Marshal gives.
+func encodeEvent(dst []byte, name string, data any) ([]byte, error) {
+	dst = append(dst, `{"type":"event","event":`...)
+	dst = appendJSONString(dst, name)
+	dst = append(dst, `,"data":`...)
+	if ev, ok := data.(node.AcceptedEvent); ok {
+		b, ok := appendAcceptedEvent(dst, &ev)
+		if ok {
+			return append(b, '}'), nil
+		}
+		dst = b[:len(dst)] // json.Marshal refuses it too, and says why
+	}
 	d, err := json.Marshal(data)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", name, err)
 	}
-	b := make([]byte, 0, 64+len(d))
-	b = append(b, `{"type":"event","event":`...)
-	b = appendJSONString(b, name)
-	b = append(b, `,"data":`...)
-	b = append(b, d...)
-	return append(b, '}'), nil
+	dst = append(dst, d...)
+	return append(dst, '}'), nil
 }
 
 // validID accepts the ids a reply can echo verbatim: strings and numbers.

@@ -861,11 +861,13 @@ func (c *conn) writer() {
 		frame = frame[:0]
 		return ok
 	}
+	var scratch []byte // an event's encoding, reused: it is copied into frame
 	addEvent := func(ev events.Event) bool {
-		b := c.srv.eventBytes(ev)
-		if b == nil {
+		b, ok := c.srv.eventBytes(scratch[:0], ev)
+		if !ok {
 			return true
 		}
+		scratch = b
 		if len(frame) > 0 && len(frame)+len(b) > eventBatchBytes && !flush() {
 			return false
 		}
@@ -973,17 +975,18 @@ const (
 	eventBatchBytes = 32 << 10
 )
 
-func (s *Server) eventBytes(ev events.Event) []byte {
-	b, err := encodeEvent(ev.Name, ev.Data)
+// eventBytes appends ev's message to dst; false means it is not sent.
+func (s *Server) eventBytes(dst []byte, ev events.Event) ([]byte, bool) {
+	b, err := encodeEvent(dst, ev.Name, ev.Data)
 	if err != nil {
 		s.log.Error("socket event not sent", "event", ev.Name, "err", err)
-		return nil
+		return dst, false
 	}
 	if len(b) > MaxMessage {
 		s.log.Warn("socket event over the message limit not sent", "event", ev.Name, "bytes", len(b))
-		return nil
+		return b, false
 	}
-	return b
+	return b, true
 }
 
 func (c *conn) readLoop() {

@@ -259,7 +259,8 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 	if from == m.h.ID() {
 		return pubsub.ValidationAccept // our own publish, stored before it was sent
 	}
-	if !m.admitted(from) {
+	nodeID, peerID, ok := m.admittedAs(from)
+	if !ok {
 		// Not (yet) handshaken into our group: ignore without penalty; if it
 		// is one of ours, catch-up delivers the record once it is.
 		m.stats.gossipUnadmitted.Add(1)
@@ -301,7 +302,7 @@ func (m *Mesh) validate(ctx context.Context, from peer.ID, msg *pubsub.Message) 
 		return pubsub.ValidationReject
 	}
 	c, err := m.n.Check(ctx, cf.CMB, node.Source{
-		PeerID: from.String(), NodeID: m.nodeIDOf(from), AuthorKey: cf.PublicKey, AuthorE2E: cf.E2EPublicKey, Via: node.SourceGossip,
+		PeerID: peerID, NodeID: nodeID, AuthorKey: cf.PublicKey, AuthorE2E: cf.E2EPublicKey, Via: node.SourceGossip,
 	})
 	switch {
 	case errors.Is(err, node.ErrNotForUs):
@@ -354,13 +355,16 @@ func isRejection(err error) bool {
 	return cmb.ReasonOf(err) != "" || errors.Is(err, node.ErrRejected)
 }
 
-func (m *Mesh) nodeIDOf(pid peer.ID) string {
+// admittedAs is the nodeId and the peer ID (as a string) of pid if it is
+// admitted: one look-up per gossiped message, and no base58 encoding.
+func (m *Mesh) admittedAs(pid peer.ID) (nodeID, peerID string, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ps, ok := m.peers[pid]; ok {
-		return ps.info.NodeID
+	ps, ok := m.peers[pid]
+	if !ok {
+		return "", "", false
 	}
-	return ""
+	return ps.info.NodeID, ps.info.PeerID, true
 }
 
 // accept stores a checked record and queues its missing parents for fetch.
