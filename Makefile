@@ -50,7 +50,7 @@ bench-delivery:
 	$(GO) test -run '^$$' -bench '^BenchmarkDelivery$$' -benchtime 1x -timeout 60m -v ./cmd/cmbnode
 
 # Each fuzz target runs for $(FUZZTIME); go test allows one -fuzz target per run.
-FUZZ_TARGETS := ./cmb:FuzzReadFrame ./cmb:FuzzParseFrame ./cmb:FuzzDecodeRecord ./cmb:FuzzObjectMembers
+FUZZ_TARGETS := ./cmb:FuzzReadFrame ./cmb:FuzzParseFrame ./cmb:FuzzDecodeRecord ./cmb:FuzzObjectMembers ./cmb:FuzzValidJSON
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
