@@ -51,15 +51,21 @@ func benchJudge(b *testing.B, stored, judged int) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(n), "cpu-µs/record")
 }
 
-// BenchmarkHashFields is the hashed kernel's counts of one standard
-// record, as SVAF makes them for an incoming record and an uncached
-// anchor.
-func BenchmarkHashFields(b *testing.B) {
-	fields := standardFields(64)
+// standardTexts are n standard records' texts.
+func standardTexts(n int) [][cmb.NumFields]string {
+	fields := standardFields(n)
 	recs := make([][cmb.NumFields]string, len(fields))
 	for i, f := range fields {
 		recs[i] = f.Texts()
 	}
+	return recs
+}
+
+// BenchmarkHashFields is the hashed kernel's counts of one standard
+// record, as SVAF makes them for an incoming record and an uncached
+// anchor.
+func BenchmarkHashFields(b *testing.B) {
+	recs := standardTexts(64)
 	h := embed.DefaultHashed()
 	sc := newHashScratch(h.Dim)
 	b.ReportAllocs()
@@ -73,11 +79,7 @@ func BenchmarkHashFields(b *testing.B) {
 // BenchmarkNearSignature is the near-copy signature of one standard
 // record (nearcopy.go), as SVAF makes it for an incoming record.
 func BenchmarkNearSignature(b *testing.B) {
-	fields := standardFields(64)
-	recs := make([][cmb.NumFields]string, len(fields))
-	for i, f := range fields {
-		recs[i] = f.Texts()
-	}
+	recs := standardTexts(64)
 	h := embed.DefaultHashed()
 	var buf []uint64
 	b.ReportAllocs()
