@@ -681,12 +681,10 @@ func TestDeltaGrowsItsTable(t *testing.T) {
 	}
 }
 
-// BenchmarkIndexThenNearest is what a receiver's text index does per
-// standard CMB at admission: make its terms once, search the index by them
-// for its nearest records (the rarest 8 terms scored, as admission's
-// nearest-anchor search does), then index it, into an index of 20,000.
-// Every search follows an addition, so postings added since the last
-// search are always there to be found.
+// BenchmarkIndexThenNearest is a search of an index of 20,000 standard
+// CMBs by one more CMB's own terms (the rarest 8 scored) and then its
+// indexing: every search follows an addition, so postings added since the
+// last search are always there to be found, read from the delta unmerged.
 func BenchmarkIndexThenNearest(b *testing.B) {
 	for _, cold := range []bool{false, true} {
 		name := "warm"

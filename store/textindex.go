@@ -439,56 +439,6 @@ func (s *Store) searchTerms(ctx context.Context, qterms []string, o SearchOption
 	return s.idx.search(qterms, o, asOf.UnixMilli(), !o.AsOf.IsZero()), nil
 }
 
-// Terms are a record's text-index terms, field by field, as the index
-// makes them from its texts: Tokenize's words, stop words dropped and the
-// rest stemmed; a field that is exactly "neutral" has none. Made once,
-// they serve both a search by the record's own text (SearchTerms) and its
-// indexing (Item.Terms), which would otherwise each tokenise the texts.
-// They refer to the texts' memory.
-type Terms struct{ rt recordTokens }
-
-// Terms makes texts' index terms.
-func (s *Store) Terms(texts [NumFields]string) *Terms {
-	t := new(Terms)
-	n := 0
-	for _, x := range texts {
-		n += len(x)
-	}
-	t.rt.toks = make([]string, 0, n/4+8) // more than most texts' words, so no regrowth
-	t.rt.hashes = make([]uint32, 0, n/4+8)
-	s.idx.tokens(&t.rt, texts)
-	return t
-}
-
-// SearchTerms is Search with, as the query, the texts of t's fields in
-// fields (by index, ascending), each ended by a newline: it finds what
-// that Search finds, from terms already made. A field that is exactly
-// "neutral" has no terms, so it adds nothing (Search would look for the
-// word).
-func (s *Store) SearchTerms(ctx context.Context, t *Terms, fields []int, o SearchOptions) ([]Hit, error) {
-	if err := s.searchable(ctx); err != nil {
-		return nil, err
-	}
-	buf, _ := queryBufs.Get().(*[]string)
-	if buf == nil {
-		buf = new([]string)
-	}
-	qterms := (*buf)[:0]
-	for _, f := range fields {
-		qterms = append(qterms, t.rt.toks[t.rt.start(f):t.rt.ends[f]]...)
-	}
-	hits, err := s.searchTerms(ctx, qterms, o)
-	if cap(qterms) <= 1<<12 { // a record of long texts' buffer is not kept
-		clear(qterms[:cap(qterms)]) // they point into the record's texts
-		*buf = qterms[:0]
-		queryBufs.Put(buf)
-	}
-	return hits, err
-}
-
-// queryBufs recycles SearchTerms' query terms: the search keeps none.
-var queryBufs sync.Pool
-
 // normalizeSearch gives o's unset settings their defaults.
 func normalizeSearch(o *SearchOptions) {
 	opt.Default(&o.Limit, 10)

@@ -1127,9 +1127,6 @@ type Item struct {
 	Meta  Meta
 	// Annexes are written in the record's commit when it is new (annex.go).
 	Annexes []ItemAnnex
-	// Terms, if set, must be Store.Terms(Entry.Texts): the index takes
-	// them instead of tokenising the texts again.
-	Terms *Terms
 }
 
 // PutResult is the outcome of one PutMany item.
@@ -1165,7 +1162,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 	jobs := make([]*job, 0, len(items))
 	idx := make([]int, 0, len(items))
 	for i := range items {
-		e, m, annexes, terms := items[i].Entry, items[i].Meta, items[i].Annexes, items[i].Terms
+		e, m, annexes := items[i].Entry, items[i].Meta, items[i].Annexes
 		if err := e.Validate(); err != nil {
 			res[i].Err = err
 			continue
@@ -1240,11 +1237,7 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			}
 			return func() {
 				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
-				if terms != nil {
-					s.idx.addTokens(rec.Key, at, rec.Group, &terms.rt)
-				} else {
-					s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
-				}
+				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
 				s.lines.add(rec.Key, at, rec.Parents)
 			}, nil
 		}))
