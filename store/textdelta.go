@@ -277,14 +277,6 @@ type recordTokens struct {
 	ends   [NumFields]int32
 }
 
-// start is where field f's tokens begin.
-func (rt *recordTokens) start(f int) int32 {
-	if f == 0 {
-		return 0
-	}
-	return rt.ends[f-1]
-}
-
 var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 
 // addTexts tokenises a record's texts and adds it. Tokens go straight to
