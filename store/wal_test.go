@@ -779,36 +779,3 @@ func TestIdleApply(t *testing.T) {
 		t.Fatalf("batch %d never indexed: %v", acked, err)
 	}
 }
-
-// TestPendingApplyShared: puts that no read separates reach badger
-// together, fewer transactions than batches, and a read right after them
-// still finds every one, in badger and in the indexes.
-func TestPendingApplyShared(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	ctx := context.Background()
-	const n = 4 * maxPending
-	writes0 := s.compact.writes.Load()
-	batches0 := s.batches.Load()
-	var last Entry
-	for i := range n {
-		last = mkEntry(fmt.Sprintf("pend%02d", i), int64(1000+i), fmt.Sprintf("pending word%d", i))
-		mustPut(t, s, last)
-	}
-	rec, err := s.Get(ctx, last.Key)
-	if err != nil || rec.Key != last.Key {
-		t.Fatalf("Get %s right after its put: %v %v", last.Key, rec.Key, err)
-	}
-	if got := s.Count(); got != n {
-		t.Fatalf("Count = %d, want %d", got, n)
-	}
-	hits, err := s.Search(ctx, fmt.Sprintf("word%d", n-1), SearchOptions{})
-	if err != nil || len(hits) != 1 || hits[0].Key != last.Key {
-		t.Fatalf("Search for the last put: %v %v", hits, err)
-	}
-	batches := s.batches.Load() - batches0
-	applies := int64(s.compact.writes.Load() - writes0)
-	// A batch applied alone each time would make applies == batches.
-	if applies > batches/2 {
-		t.Fatalf("%d batches took %d badger transactions; want them shared", batches, applies)
-	}
-}

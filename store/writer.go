@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"iter"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -24,36 +22,21 @@ import (
 // Writes are committed in groups, each one durable log frame. A caller
 // that submits jobs while nobody leads takes the lead: it applies the
 // queued jobs to a batch (a job reads through a wtx, which sees badger
-// plus the writes of the batches not in badger yet, and records its
-// writes), writes the batch to the log as one frame, syncs it and
-// acknowledges its jobs, all on its own goroutine: an uncontended put
-// wakes no other goroutine. Jobs submitted meanwhile wait in the queue and
-// form the next group, which the writer goroutine leads (one hand-off per
-// group, not per job), so the number of puts sharing a sync adapts to the
-// load without waiting on a timer.
-//
-// A batch the writer goroutine committed (under load), or committed after
-// a read of the store, is applied to badger right after its commit. One
-// its own caller led with no read since the last commit pends instead:
-// the pending batches go to badger together, in one transaction, once
-// maxPending of them (or maxBatchBytes) wait, idleApply after the first of
-// them, when a reader of badger or of the indexes asks (waitApplied), with
-// the next batch the writer goroutine commits, at a checkpoint and at
-// Close. Each apply costs two hand-offs to badger's write goroutine, so a
-// writer nobody reads between its puts pays them once per maxPending
-// puts, not per put. A pending batch is durable in the log, so a crash
-// loses nothing of it: Open applies every frame after the replay mark,
-// which only a checkpoint moves, and a checkpoint applies the pending
-// batches first.
-// Readers have the pending batches applied and wait for it, so a caller
-// reads its own acknowledged writes and nobody reads a write before it is
-// durable. Badger never holds a pointer into a frame that is not on disk.
-// The index runs the jobs' after functions (tokenising and the text
-// index) in commit order once their batch is in badger, off the lead: on
-// the applying goroutine when idle, else on the indexer goroutine;
-// Search, Scan and Check wait until the index has caught up with every
-// acknowledged write, so a search still finds what was stored before it
-// started.
+// plus the writes of the batch so far, and records its writes), writes
+// the batch to the log as one frame, syncs it, acknowledges its jobs, then
+// applies it to badger and indexes it, all on its own goroutine: an
+// uncontended put wakes no other goroutine. Jobs submitted meanwhile wait
+// in the queue and form the next group, which the writer goroutine leads
+// (one hand-off per group, not per job), so the number of puts sharing a
+// sync adapts to the load without waiting on a timer. Readers wait for the
+// apply (waitApplied), so a caller reads its own acknowledged writes and
+// nobody reads a write before it is durable. Badger never holds a pointer
+// into a frame that is not on disk. The index runs the jobs' after
+// functions (tokenising and the text index) in commit order, off the
+// lead: on the leading caller's goroutine when idle, else on the indexer
+// goroutine; Search, Scan and Check wait until the index has caught up
+// with every acknowledged write, so a search still finds what was stored
+// before it started.
 //
 // apply must decide on a job-level error before it writes anything; should
 // it fail anyway, its writes are rolled back. The returned after runs once
@@ -70,16 +53,6 @@ type job struct {
 // maxBatchBytes keeps a batch well inside badger's per-transaction limit
 // (15% of the memtable size) and one log frame small.
 const maxBatchBytes = 1 << 20
-
-// maxPending is how many committed batches may wait to be applied to
-// badger together (their bytes are bounded by maxBatchBytes too): the
-// writer's overlay holds their writes meanwhile.
-const maxPending = 16
-
-// idleApply bounds how long a committed batch pends for badger when
-// nobody reads and too few batches follow it: then the writer goroutine
-// applies it, so badger and the indexes always catch up.
-const idleApply = 20 * time.Millisecond
 
 type batch struct {
 	seq    uint64
@@ -320,27 +293,10 @@ type commitState struct {
 	// checkpointDue: the writer goroutine, taking the lead, checkpoints
 	// before anything else.
 	checkpointDue bool
-	// applyDue: a reader waits for the pending batches, or they pended
-	// idleApply; the leader applies them before it lets go of the lead.
-	applyDue bool
-	// read: a reader of badger or of the indexes came since the last
-	// commit. Where reads come between puts (a receiver's checks), a
-	// pending batch would only make the next reader wait for the commit
-	// in flight, so the next commit applies at once.
-	read atomic.Bool
 	// Owned by the leader.
 	w       *writerState
 	group   []*job
 	payload []byte
-	opss    [][]walOp // applyLocked's, reused
-	// pending: committed (acknowledged) batches not yet applied to badger,
-	// in commit order; pendingSize, their bytes.
-	pending     []*batch
-	pendingSize int
-	// idle fires idleApply after a batch starts pending (idleArmed), for
-	// the writer goroutine to apply it.
-	idle      *time.Timer
-	idleArmed bool
 }
 
 // indexState is the queue of batches badger took and the text index has
@@ -360,8 +316,6 @@ func (s *Store) startWriter() {
 	s.cm.w = &writerState{s: s, ov: map[string]ovEntry{}, known: s.loadedKeys}
 	s.loadedKeys = nil
 	s.cm.wake = make(chan struct{}, 1)
-	s.cm.idle = time.NewTimer(time.Hour)
-	s.cm.idle.Stop()
 	s.ix.cond.L = &s.ix.mu
 	s.ix.wake = make(chan struct{}, 1)
 	s.ix.stop = make(chan struct{})
@@ -379,7 +333,6 @@ func (s *Store) startWriter() {
 func (s *Store) writer() {
 	defer close(s.wdone)
 	c := &s.cm
-	defer c.idle.Stop()
 	var roRetry <-chan time.Time
 	if s.readOnly.Load() {
 		tick := time.NewTicker(readOnlyRetry)
@@ -389,18 +342,6 @@ func (s *Store) writer() {
 	for {
 		select {
 		case <-c.wake:
-			s.lead(true)
-		case <-c.idle.C:
-			// Batches pend with nobody to apply them: take the lead to, or
-			// have the leader do it before it lets go.
-			c.mu.Lock()
-			c.applyDue = true
-			if c.leading {
-				c.mu.Unlock()
-				continue
-			}
-			c.leading = true
-			c.mu.Unlock()
 			s.lead(true)
 		case <-roRetry:
 			c.mu.Lock()
@@ -427,7 +368,6 @@ func (s *Store) writer() {
 				<-c.wake
 			}
 			s.lead(true)
-			s.applyPending(true)
 			c.w.discardView()
 			s.indexIdle()
 			close(s.ix.stop)
@@ -462,8 +402,6 @@ func (s *Store) lead(bg bool) {
 		}
 		c.mu.Lock()
 		c.group = c.take(c.group[:0], s.opts.MaxBatch)
-		applyDue := c.applyDue
-		c.applyDue = false
 		c.mu.Unlock()
 		var b *batch
 		for _, j := range c.group {
@@ -472,15 +410,11 @@ func (s *Store) lead(bg bool) {
 		clear(c.group)
 		due := false
 		if b != nil {
-			s.commit(b, bg, applyDue)
+			s.commit(b, bg)
 			due = b.write && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint()
-		} else if applyDue {
-			s.applyPending(bg)
 		}
 		c.mu.Lock()
-		// A reader that asked for the pending batches meanwhile is
-		// answered before the lead is given up.
-		more := len(c.queue) > 0 || c.applyDue
+		more := len(c.queue) > 0
 		if bg && (due || more) {
 			c.checkpointDue = due
 			c.mu.Unlock()
@@ -516,14 +450,10 @@ func (c *commitState) take(group []*job, max int) []*job {
 	return group
 }
 
-// commit makes b durable as one log frame, acknowledges its jobs and
-// leaves it pending for badger, applying the pending batches now if apply
-// (a reader waits), if the writer goroutine leads (bg: under load, where
-// a bulk apply would hold up the next commit, while applying each batch
-// costs no extra hand-off), if they are many, or if b's writes were not
-// written (they must leave the overlay at once). The jobs' callers are
-// told before the apply: they read through waitApplied, which asks for it.
-func (s *Store) commit(b *batch, bg, apply bool) {
+// commit makes b durable as one log frame, acknowledges its jobs, applies
+// it to badger and queues it for the index. The jobs' callers are told
+// before the apply: they read through waitApplied, which waits for it.
+func (s *Store) commit(b *batch, bg bool) {
 	c := &s.cm
 	var err error
 	if len(b.ops) > 0 {
@@ -587,52 +517,19 @@ func (s *Store) commit(b *batch, bg, apply bool) {
 	for i, j := range b.jobs {
 		j.done <- b.errs[i]
 	}
+	if err := s.applyLocked(b); err != nil {
+		// The batch is durable in the log, which restores it at Open.
+		s.breakWith(err)
+	}
 	if b.refused != nil {
 		c.w.forget(b)
 	}
-	c.pending = append(c.pending, b)
-	c.pendingSize += b.size
-	read := c.read.Load()
-	if read {
-		c.read.Store(false)
-	}
-	if apply || bg || read || (!b.write && len(b.ops) > 0) || len(c.pending) >= maxPending || c.pendingSize >= maxBatchBytes {
-		s.applyPending(bg)
-	} else if !c.idleArmed {
-		c.idle.Reset(idleApply)
-		c.idleArmed = true
-	}
+	c.w.applied(b)
+	s.queueIndex(b, bg)
 }
 
-// applyPending applies the pending batches to badger in one transaction
-// (applyLocked), drops their writes from the overlay and queues them for
-// the index, in commit order; the leader calls it.
-func (s *Store) applyPending(bg bool) {
-	c := &s.cm
-	if len(c.pending) == 0 {
-		return
-	}
-	if err := s.applyLocked(c.pending); err != nil {
-		// The batches are durable in the log, which restores them at Open.
-		s.breakWith(err)
-	}
-	for _, b := range c.pending {
-		c.w.applied(b)
-		s.queueIndex(b, bg)
-	}
-	clear(c.pending)
-	c.pending, c.pendingSize = c.pending[:0], 0
-	if c.idleArmed {
-		c.idle.Stop()
-		c.idleArmed = false
-	}
-}
-
-// checkpointNow runs a due checkpoint on the leader. The checkpoint makes
-// badger durable and moves the replay mark past every frame so far, so the
-// pending batches go to badger first.
+// checkpointNow runs a due checkpoint on the leader.
 func (s *Store) checkpointNow() {
-	s.applyPending(true)
 	if err := s.checkpoint(); noSpace(err) {
 		// Badger is not made durable, or no new segment is started: the
 		// frames since the mark stay to be applied again, as after a
@@ -769,37 +666,26 @@ func (s *Store) index(b *batch, yield bool) {
 	s.indexed.advance(b.seq)
 }
 
-// applyLocked writes batches that are durable in the log into badger
-// (those with b.write), in one transaction, and publishes their record
-// count.
-func (s *Store) applyLocked(bs []*batch) error {
-	c := &s.cm
-	for _, b := range bs {
-		if b.write {
-			c.opss = append(c.opss, b.ops)
-		}
-	}
+// applyLocked writes a batch that is durable in the log into badger (if
+// b.write) and publishes its record count.
+func (s *Store) applyLocked(b *batch) error {
+	write := b.write
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	var err error
-	if len(c.opss) > 0 && !s.opts.hooks.lostBadgerWrites {
-		err = applyOps(s.db, c.opss...)
+	if write && !s.opts.hooks.lostBadgerWrites {
+		err = applyOps(s.db, b.ops)
 		s.wroteBadger()
 	}
-	clear(c.opss)
-	c.opss = c.opss[:0]
-	for _, b := range bs {
-		if b.write && err == nil {
-			b.applied = true
-			s.count.Add(b.count)
-		}
+	if write && err == nil {
+		b.applied = true
+		s.count.Add(b.count)
 	}
 	// Should badger fail, the store refuses further writes, and the log
 	// restores what it had at Open. Every batch gets a sequence number
 	// readers, Search and Check wait for, applied or not.
-	last := bs[len(bs)-1].seq
-	s.appliedSeq.Store(last)
-	s.applied.advance(last)
+	s.appliedSeq.Store(b.seq)
+	s.applied.advance(b.seq)
 	return err
 }
 
@@ -834,66 +720,22 @@ func (s *Store) readable(ctx context.Context) error {
 }
 
 // waitApplied returns once badger holds every batch acknowledged before
-// the call: a write's callers are told it is durable before it is
-// applied, which, unless enough batches pend, waits for a reader to ask
-// (wantApplied).
+// the call: a write's callers are told it is durable before it is applied.
 func (s *Store) waitApplied(ctx context.Context) error {
-	s.noteRead()
 	acked := s.ackedSeq.Load()
 	if s.appliedSeq.Load() >= acked {
 		return nil
 	}
-	s.wantApplied()
 	return s.applied.wait(ctx, acked)
 }
 
-// noteRead records that a reader came (commitState.read), storing only
-// on a change so that readers do not contend for the cache line.
-func (s *Store) noteRead() {
-	if !s.cm.read.Load() {
-		s.cm.read.Store(true)
-	}
-}
-
-// wantApplied has the pending batches applied: by the leader before it
-// lets go, or, when nobody leads, by the caller, which takes the lead for
-// that alone. Jobs queued meanwhile go to the writer goroutine with the
-// lead, so a read never waits for a commit of others' writes.
-func (s *Store) wantApplied() {
-	c := &s.cm
-	c.mu.Lock()
-	if c.leading {
-		c.applyDue = true
-		c.mu.Unlock()
-		return
-	}
-	c.leading = true
-	c.mu.Unlock()
-	s.applyPending(false)
-	c.mu.Lock()
-	c.applyDue = false // nothing was committed meanwhile: all is applied
-	if len(c.queue) > 0 || c.closed {
-		c.mu.Unlock()
-		c.wake <- struct{}{} // the lead passes to the writer goroutine
-	} else {
-		s.release()
-	}
-	s.indexOnce()
-}
-
 // waitIndexed returns once the indexes hold every batch acknowledged
-// before the call; a batch is indexed once applied, so it has the pending
-// ones applied first.
+// before the call.
 func (s *Store) waitIndexed(ctx context.Context) error {
 	if err := s.waitTextsLoaded(ctx); err != nil {
 		return err
 	}
-	s.noteRead()
-	acked := s.ackedSeq.Load()
-	if s.appliedSeq.Load() < acked {
-		s.wantApplied()
-	}
-	return s.indexed.wait(ctx, acked)
+	return s.indexed.wait(ctx, s.ackedSeq.Load())
 }
 
 // TextsLoaded is closed once the text index holds the records found at
@@ -911,13 +753,12 @@ func (s *Store) waitTextsLoaded(ctx context.Context) error {
 	}
 }
 
-// applyOps writes the ops of opss to badger in order, splitting
-// transactions that grow too big (the log frame, not the transaction, is
-// the unit of atomicity).
-func applyOps(db *badger.DB, opss ...[]walOp) error {
+// applyOps writes ops to badger in order, splitting transactions that grow
+// too big (the log frame, not the transaction, is the unit of atomicity).
+func applyOps(db *badger.DB, ops []walOp) error {
 	txn := db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	for op := range allOps(opss) {
+	for _, op := range ops {
 		var err error
 		for try := 0; try < 2; try++ {
 			switch {
@@ -944,19 +785,6 @@ func applyOps(db *badger.DB, opss ...[]walOp) error {
 		return fmt.Errorf("writing to badger: %w", err)
 	}
 	return nil
-}
-
-// allOps yields the ops of opss in order.
-func allOps(opss [][]walOp) iter.Seq[walOp] {
-	return func(yield func(walOp) bool) {
-		for _, ops := range opss {
-			for _, op := range ops {
-				if !yield(op) {
-					return
-				}
-			}
-		}
-	}
 }
 
 // checkpoint makes everything badger holds durable and starts a new log
