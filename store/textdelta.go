@@ -20,9 +20,10 @@ import (
 // the delta (the delta's documents are all newer, so that is the order a
 // merge would give its list), and its document frequencies as the sum of
 // both, so it finds what it would after a merge without paying for one:
-// searching every received record, as admission does, would otherwise
-// merge the delta each time, one cold lookup per term of the record.
-// Everything else that reads postings merges first (mergeLocked).
+// searches made while records arrive (recall during gossip) would
+// otherwise each merge a part-filled delta, which undoes the batching
+// that is the delta's point. Everything else that reads postings merges
+// first (mergeLocked).
 type delta struct {
 	slots []uint32 // open addressing over terms, index+1; 0 is empty
 	terms []deltaTerm
