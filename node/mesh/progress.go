@@ -131,12 +131,16 @@ func (t *syncTracker) leave(cu *catchUp) {
 	}
 }
 
-// announce pushes sync-progress every syncEvery until the sync ends, then
+// announce pushes sync-progress as the sync begins, so a listener learns
+// of a sync shorter than syncEvery, then every syncEvery until it ends, then
 // once more with its final count.
 func (t *syncTracker) announce(ctx context.Context, end chan struct{}) {
 	tick := time.NewTicker(syncEvery)
 	defer tick.Stop()
 	start := time.Now()
+	if p := t.progress(); p.Syncing {
+		t.m.n.Events().Publish(events.Event{Name: events.SyncProgress, Data: p})
+	}
 	for {
 		select {
 		case <-ctx.Done():
