@@ -454,28 +454,37 @@ func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok
 	if pl == nil {
 		return nil, df, false
 	}
-	return pl.post, pl.df, true
+	for _, b := range x.terms.appendSegs(nil, pl) {
+		if len(b) == 0 {
+			panic(fmt.Sprintf("term %q: an empty block", t))
+		}
+		post = append(post, b...)
+	}
+	return post, pl.df, true
 }
 
 // TestIndexMatchesReference builds an index from records, purges some and
 // adds more, and compares every posting list, in order, and every document
 // frequency with a plain reference built from analyzeRef.
 func TestIndexMatchesReference(t *testing.T) {
-	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return false }) })
-	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }) })
+	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return false }, 0) })
+	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }, 0) })
 	// Both kinds of addition share one delta.
-	t.Run("mixed", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }) })
+	t.Run("mixed", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 0) })
+	// Lists of many small blocks, which a purge filters block by block.
+	t.Run("blocks", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 3) })
 }
 
 // testIndexMatchesReference adds record n through addTexts, which
 // tokenises straight into the delta, if viaTokens(n), else through analyze
-// and add.
-func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool) {
+// and add; blockLen, if set, is the index's block size.
+func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool, blockLen int) {
 	type refList struct {
 		post []uint64
 		df   [NumFields]int32
 	}
 	x := newTextIndex(nil)
+	x.terms.blockLen = blockLen
 	ref := map[string]*refList{}
 	var ids []string // reference document ids, as the index assigns them
 	c := newCorpus(12)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -495,8 +496,12 @@ func TestUniq(t *testing.T) {
 // in the delta finds exactly what it finds once they are merged: the same
 // hits with bit-identical scores, for short and whole-record queries,
 // MaxTerms, groups, field weights, AsOf, the tf table and pruning on or off.
+// An index whose lists are many small blocks finds the same too, and gives
+// the same relevance.
 func TestSearchReadsDeltaAsMerged(t *testing.T) {
-	unmerged, merged := newTextIndex(nil), newTextIndex(nil)
+	unmerged, merged, blocked := newTextIndex(nil), newTextIndex(nil), newTextIndex(nil)
+	blocked.terms.blockLen = 5
+	var keys []string
 	c, qc := newCorpus(21), newCorpus(22)
 	var texts [][NumFields]string
 	queries := 0
@@ -507,10 +512,13 @@ func TestSearchReadsDeltaAsMerged(t *testing.T) {
 		}
 		texts = append(texts, e.Texts)
 		unmerged.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
-		merged.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
-		merged.mu.Lock()
-		merged.mergeLocked()
-		merged.mu.Unlock()
+		keys = append(keys, e.Key)
+		for _, x := range []*textIndex{merged, blocked} {
+			x.addTexts(e.Key, e.CreatedAt, e.Group, e.Texts)
+			x.mu.Lock()
+			x.mergeLocked()
+			x.mu.Unlock()
+		}
 		if i%25 != 24 {
 			continue
 		}
@@ -545,7 +553,7 @@ func TestSearchReadsDeltaAsMerged(t *testing.T) {
 			if (i+k)%7 == 0 {
 				asOf, hide = testBase+int64(i/2)*1000, true
 			}
-			for _, x := range []*textIndex{unmerged, merged} {
+			for _, x := range []*textIndex{unmerged, merged, blocked} {
 				x.tableMin = partTableMin
 				if k%2 == 1 {
 					x.tableMin = 0
@@ -556,6 +564,17 @@ func TestSearchReadsDeltaAsMerged(t *testing.T) {
 			want := merged.search(q, o, asOf, hide)
 			if !slices.Equal(got, want) {
 				t.Fatalf("record %d, query %d %+v:\nunmerged %+v\nmerged   %+v", i, k, o, got, want)
+			}
+			if b := blocked.search(q, o, asOf, hide); !slices.Equal(b, want) {
+				t.Fatalf("record %d, query %d %+v:\nblocked %+v\nmerged  %+v", i, k, o, b, want)
+			}
+			// Recent records and a spread of older ones.
+			some := slices.Clone(keys[max(0, len(keys)-20):])
+			for j := k; j < len(keys); j += 37 {
+				some = append(some, keys[j])
+			}
+			if b, m := blocked.relevance(q, some, o), merged.relevance(q, some, o); !maps.Equal(b, m) {
+				t.Fatalf("record %d, query %d %+v: relevance blocked %v, merged %v", i, k, o, b, m)
 			}
 		}
 	}

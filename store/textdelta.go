@@ -251,7 +251,7 @@ func (x *textIndex) mergeLocked() {
 		} else {
 			pl = x.terms.insert(j, e.term, e.hash)
 		}
-		pl.post = append(pl.post, run...)
+		x.terms.appendPostings(pl, run)
 		for _, p := range run {
 			pl.df[(p>>29)&7]++
 		}

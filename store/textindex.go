@@ -47,10 +47,22 @@ type textIndex struct {
 // A posting packs doc<<32 | field<<29 | tf<<17 | fieldLen. Carrying the
 // field length in the posting lets BM25 score a posting without touching
 // the document table, which is what makes long posting lists cheap.
+//
+// A list is its full blocks (termTable.full) followed by post, the block
+// postings are appended to: a long list grows by a block at a time, so
+// that adding postings never copies the ones already there, as growing
+// one slice does (most of a merge's time once lists are long: each
+// posting is copied about four times over the list's life, at Go's
+// growth of a quarter, into memory fresh to the cache). A list's first
+// block grows as a slice does up to blockLen postings; past it, blocks
+// hold blockLen each (those a purge filtered, fewer).
 type postingList struct {
 	// What adding a posting touches comes first, within 52 bytes.
 	post []uint64 // empty only in a free slot of termTable.lists
 	df   [NumFields]int32
+	// full is the index+1 in termTable.full of the list's full blocks,
+	// 0 if it has none; it sits in what would be padding.
+	full uint32
 	term string
 }
 
@@ -68,9 +80,86 @@ type termTable struct {
 	nlists int      // lists handed out, free ones included
 	free   []uint32 // indices of lists freed by remove, for reuse
 	n      int      // terms
+	// full holds the full blocks of the lists that have some, in order
+	// (postingList.full); freeFull, its entries freed for reuse.
+	full     [][][]uint64
+	freeFull []uint32
+	// blockLen is a long list's block size in postings (0:
+	// defaultBlockLen; tests make it small).
+	blockLen int
 }
 
 const listChunk = 512
+
+// defaultBlockLen is 16 KB of postings: copying a list of up to that many
+// while it grows costs little, and a block's unused tail, at most one per
+// list that has reached it (a few hundred lists in a store of 100k
+// records), costs no more than the slack of slices grown by a quarter.
+const defaultBlockLen = 2048
+
+// blocks returns pl's full blocks, nil if it has none.
+func (tt *termTable) blocks(pl *postingList) [][]uint64 {
+	if pl.full == 0 {
+		return nil
+	}
+	return tt.full[pl.full-1]
+}
+
+// setBlocks makes b pl's full blocks.
+func (tt *termTable) setBlocks(pl *postingList, b [][]uint64) {
+	switch {
+	case pl.full != 0 && len(b) == 0:
+		tt.full[pl.full-1] = nil
+		tt.freeFull = append(tt.freeFull, pl.full)
+		pl.full = 0
+	case pl.full != 0:
+		tt.full[pl.full-1] = b
+	case len(b) == 0:
+	case len(tt.freeFull) > 0:
+		pl.full = tt.freeFull[len(tt.freeFull)-1]
+		tt.freeFull = tt.freeFull[:len(tt.freeFull)-1]
+		tt.full[pl.full-1] = b
+	default:
+		tt.full = append(tt.full, b)
+		pl.full = uint32(len(tt.full))
+	}
+}
+
+// appendPostings adds run, which comes after every posting of pl in
+// document order, at the end of pl.
+func (tt *termTable) appendPostings(pl *postingList, run []uint64) {
+	for len(run) > 0 {
+		room := cap(pl.post) - len(pl.post)
+		switch {
+		case room > 0:
+			k := min(room, len(run))
+			pl.post = append(pl.post, run[:k]...)
+			run = run[k:]
+		case pl.full == 0 && len(pl.post) < cmp.Or(tt.blockLen, defaultBlockLen):
+			pl.post = append(pl.post, run...)
+			run = nil
+		default:
+			tt.setBlocks(pl, append(tt.blocks(pl), pl.post))
+			pl.post = make([]uint64, 0, cmp.Or(tt.blockLen, defaultBlockLen))
+		}
+	}
+}
+
+// appendSegs appends pl's blocks, full ones then post, to segs.
+func (tt *termTable) appendSegs(segs [][]uint64, pl *postingList) [][]uint64 {
+	return append(append(segs, tt.blocks(pl)...), pl.post)
+}
+
+// count is how many postings pl holds: a list holds one posting per
+// document and field it counts, so the sum of its document frequencies,
+// which spares a query reading the blocks of lists it does not score.
+func (pl *postingList) count() int {
+	n := 0
+	for _, c := range pl.df {
+		n += int(c)
+	}
+	return n
+}
 
 // list returns list l; inSlot, the list of slot i.
 func (tt *termTable) list(l uint32) *postingList { return &tt.lists[l/listChunk][l%listChunk] }
@@ -151,6 +240,7 @@ func (tt *termTable) grow() {
 // delete removes the term in slot i and frees its list.
 func (tt *termTable) delete(i int) {
 	l := tt.slots[i].list - 1
+	tt.setBlocks(tt.list(l), nil)
 	*tt.list(l) = postingList{}
 	tt.free = append(tt.free, l)
 	tt.n--
@@ -202,6 +292,7 @@ type scoreScratch struct {
 	refs    []termRef   // the query's terms' lists, in query order
 	sink    uint64      // sums what refs loaded ahead; it means nothing
 	tails   []uint64    // the query's terms' postings in the delta
+	segs    [][]uint64  // the query's terms' blocks (queryTerm.segs)
 	// idfs are idf(df) for df < len(idfs) as one query computes them
 	// (0 until then): a query of a record's text has a few hundred terms
 	// in up to seven fields each, and most of their document frequencies
@@ -316,16 +407,33 @@ func (x *textIndex) remove(keys []string, terms []docTerms) {
 			continue
 		}
 		pl := x.terms.inSlot(j)
-		kept := pl.post[:0]
-		for _, p := range pl.post {
-			if _, gone := dead[uint32(p>>32)]; gone {
-				pl.df[(p>>29)&7]--
-				continue
+		filter := func(post []uint64) []uint64 {
+			kept := post[:0]
+			for _, p := range post {
+				if _, gone := dead[uint32(p>>32)]; gone {
+					pl.df[(p>>29)&7]--
+					continue
+				}
+				kept = append(kept, p)
 			}
-			kept = append(kept, p)
+			return kept
 		}
-		pl.post = kept
-		if len(kept) == 0 {
+		// Each block filtered in place, the emptied ones dropped; an
+		// emptied post takes the last full block's place.
+		full := x.terms.blocks(pl)
+		keptFull := full[:0]
+		for _, b := range full {
+			if b = filter(b); len(b) > 0 {
+				keptFull = append(keptFull, b)
+			}
+		}
+		clear(full[len(keptFull):])
+		pl.post = filter(pl.post)
+		if n := len(keptFull); len(pl.post) == 0 && n > 0 {
+			pl.post, keptFull = keptFull[n-1], keptFull[:n-1]
+		}
+		x.terms.setBlocks(pl, keptFull)
+		if len(pl.post) == 0 {
 			x.terms.delete(j)
 		}
 	}
@@ -346,12 +454,19 @@ func (x *textIndex) compactLocked() {
 			docs = append(docs, d)
 		}
 	}
+	renumber := func(post []uint64) {
+		for i, p := range post {
+			post[i] = uint64(remap[p>>32])<<32 | p&(1<<32-1)
+		}
+	}
 	for _, chunk := range x.terms.lists {
 		for l := range chunk {
-			post := chunk[l].post
-			for i, p := range post {
-				post[i] = uint64(remap[p>>32])<<32 | p&(1<<32-1)
-			}
+			renumber(chunk[l].post)
+		}
+	}
+	for _, full := range x.terms.full {
+		for _, b := range full {
+			renumber(b)
 		}
 	}
 	x.docs = docs
@@ -580,11 +695,13 @@ func (x *textIndex) readMerged(fn func()) {
 
 // queryTerm is one query term's posting list and weights.
 type queryTerm struct {
-	// post is the term's list in the index and tail its postings in the
-	// delta: one after the other, the list a merge would make.
-	post, tail []uint64
-	wi         [NumFields]float64 // field weight × idf
-	ub         float64            // most one document can gain from this term
+	// segs are the term's list in the index, block by block, and then
+	// its postings in the delta: one after the other, the list a merge
+	// would make. n is how many postings they hold.
+	segs [][]uint64
+	n    int
+	wi   [NumFields]float64 // field weight × idf
+	ub   float64            // most one document can gain from this term
 }
 
 // termRef is a term's entries in the index and the delta, either nil.
@@ -617,9 +734,9 @@ func (x *textIndex) refs(sc *scoreScratch, qterms []string) []termRef {
 
 // stats are the term's document frequencies by field and its postings,
 // over the index and the delta.
-func (r termRef) stats() (df [NumFields]int32, n int) {
+func (r termRef) stats(tt *termTable) (df [NumFields]int32, n int) {
 	if r.pl != nil {
-		df, n = r.pl.df, len(r.pl.post)
+		df, n = r.pl.df, r.pl.count()
 	}
 	if r.de != nil {
 		for f, c := range r.de.df {
@@ -644,14 +761,18 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 	// term is a found term's queryTerm, its weights not yet set.
 	term := func(r termRef) queryTerm {
 		q := queryTerm{}
+		s := len(sc.segs)
 		if r.pl != nil {
-			q.post = r.pl.post
+			sc.segs = x.terms.appendSegs(sc.segs, r.pl)
+			q.n = r.pl.count()
 		}
 		if r.de != nil {
 			n := len(sc.tails)
 			sc.tails = x.delta.appendPosts(sc.tails, r.de)
-			q.tail = sc.tails[n:len(sc.tails):len(sc.tails)]
+			sc.segs = append(sc.segs, sc.tails[n:len(sc.tails):len(sc.tails)])
+			q.n += len(sc.tails) - n
 		}
+		q.segs = sc.segs[s:len(sc.segs):len(sc.segs)]
 		return q
 	}
 	n := float64(x.live)
@@ -694,7 +815,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 				attainable += maxW * idf(1) * (k1 + 1)
 				continue
 			}
-			df, _ := r.stats()
+			df, _ := r.stats(&x.terms)
 			var q queryTerm
 			if attainable += weigh(&q, &df) * (k1 + 1); q.ub > 0 {
 				// Its postings only now: a term no weighted field
@@ -721,7 +842,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 			attainable += maxW * idf(1) * (k1 + 1)
 			continue
 		}
-		dfs, n := r.stats()
+		dfs, n := r.stats(&x.terms)
 		var best float64
 		if uniform {
 			var fewest int32
@@ -767,7 +888,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 	for _, k := range order {
 		r := lists[uint32(k)]
 		q := term(r)
-		df, _ := r.stats()
+		df, _ := r.stats(&x.terms)
 		weigh(&q, &df)
 		qs = append(qs, q)
 	}
@@ -797,14 +918,24 @@ func (x *textIndex) lengthNorms(o SearchOptions) (norm [NumFields]float64) {
 // docScore is q's BM25 score in document id, found by binary search of
 // its postings; norm is lengthNorms(o).
 func (q *queryTerm) docScore(id uint32, o SearchOptions, norm *[NumFields]float64) float64 {
-	j, _ := slices.BinarySearchFunc(q.post, id, func(p uint64, id uint32) int {
-		return cmp.Compare(uint32(p>>32), id)
-	})
 	var score float64
-	for ; j < len(q.post) && uint32(q.post[j]>>32) == id; j++ {
-		p := q.post[j]
-		if f := (p >> 29) & 7; q.wi[f] != 0 {
-			score += q.wi[f] * bm25Part(o.K1, o.B, norm[f], uint32(p>>17)&tfMax, uint32(p)&lenMax)
+	for _, post := range q.segs {
+		// Blocks follow each other in document order, and a document's
+		// postings may end one block and start the next.
+		if len(post) == 0 || uint32(post[len(post)-1]>>32) < id {
+			continue
+		}
+		if uint32(post[0]>>32) > id {
+			break
+		}
+		j, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
+			return cmp.Compare(uint32(p>>32), id)
+		})
+		for ; j < len(post) && uint32(post[j]>>32) == id; j++ {
+			p := post[j]
+			if f := (p >> 29) & 7; q.wi[f] != 0 {
+				score += q.wi[f] * bm25Part(o.K1, o.B, norm[f], uint32(p>>17)&tfMax, uint32(p)&lenMax)
+			}
 		}
 	}
 	return score
@@ -862,7 +993,7 @@ func (x *textIndex) termScores(qterms []string, keys []string, o SearchOptions, 
 					found = append(found, i)
 				}
 			}
-			slices.SortStableFunc(found, func(a, b int) int { return cmp.Compare(len(qs[a].post), len(qs[b].post)) })
+			slices.SortStableFunc(found, func(a, b int) int { return cmp.Compare(qs[a].n, qs[b].n) })
 			for _, i := range found[min(o.MaxTerms, len(found)):] {
 				qs[i] = queryTerm{}
 			}
@@ -939,11 +1070,13 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	// Long lists read it from a per-query table for the common small tf and
 	// field lengths instead of dividing for every posting.
 	part := func(f int, tf, fl uint32) float64 { return bm25Part(k1, b, norm[f], tf, fl) }
-	sc.tails = sc.tails[:0]
+	sc.tails, sc.segs = sc.tails[:0], sc.segs[:0]
 	qs, attainable := x.queryTermsInto(sc, qterms, o)
 	defer func() {
 		clear(qs[:cap(qs)]) // they hold posting lists
 		sc.qs = qs[:0]
+		clear(sc.segs)
+		sc.segs = sc.segs[:0]
 	}()
 	// By bound, highest first. slices.SortFunc runs the same pdqsort as
 	// sort.Slice did (both are generated from one template), so terms of
@@ -958,7 +1091,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 	var tab *partTable
 	total := 0
 	for i := range qs {
-		total += len(qs[i].post) + len(qs[i].tail)
+		total += qs[i].n
 	}
 	if total >= x.tableMin {
 		tab = x.partTab(sc, part)
@@ -983,7 +1116,7 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 		q := &qs[i]
 		wi, scores, touched := q.wi, sc.score, sc.touched
 		filter := filterGroup || hideLater
-		for _, post := range [2][]uint64{q.post, q.tail} {
+		for _, post := range q.segs {
 			for _, p := range post {
 				id := uint32(p >> 32)
 				f := (p >> 29) & 7
@@ -1022,9 +1155,9 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 			}
 			cands = live
 			q := &qs[i]
-			if len(cands)*16 > len(q.post)+len(q.tail) {
+			if len(cands)*16 > q.n {
 				// Too many candidates for searching to beat one pass.
-				for _, post := range [2][]uint64{q.post, q.tail} {
+				for _, post := range q.segs {
 					for _, p := range post {
 						id := uint32(p >> 32)
 						f := (p >> 29) & 7
@@ -1038,10 +1171,20 @@ func (x *textIndex) searchLocked(qterms []string, o SearchOptions, asOfMs int64,
 					slices.Sort(cands)
 					sorted = true
 				}
-				// A document's postings are all in the index or all in
-				// the delta, so each adds what it has from one of them.
-				for _, post := range [2][]uint64{q.post, q.tail} {
-					for _, id := range cands {
+				// Each block adds what it has of the candidates in its
+				// range of documents; a document whose postings end one
+				// block and start the next gets them in list order, as
+				// from one pass.
+				for _, post := range q.segs {
+					if len(post) == 0 {
+						continue
+					}
+					c, _ := slices.BinarySearch(cands, uint32(post[0]>>32))
+					last := uint32(post[len(post)-1] >> 32)
+					for _, id := range cands[c:] {
+						if id > last {
+							break
+						}
 						// First posting of doc id at or after the current position.
 						k, _ := slices.BinarySearchFunc(post, id, func(p uint64, id uint32) int {
 							return cmp.Compare(uint32(p>>32), id)
@@ -1200,13 +1343,15 @@ func (x *textIndex) snapshot() (docs map[string]string, postings map[string]map[
 // snapshotList renders one term's postings, and any disagreement with its
 // document frequencies.
 func (x *textIndex) snapshotList(pl *postingList) map[string]struct{} {
-	set := make(map[string]struct{}, len(pl.post))
+	set := make(map[string]struct{}, pl.count())
 	var df [NumFields]int32
-	for _, p := range pl.post {
-		d := x.docs[p>>32]
-		_, f, tf, fl := unpackPosting(p)
-		set[fmt.Sprintf("%s/%d/%d/%d/%t", d.key, f, tf, fl, d.alive)] = struct{}{}
-		df[(p>>29)&7]++
+	for _, post := range x.terms.appendSegs(nil, pl) {
+		for _, p := range post {
+			d := x.docs[p>>32]
+			_, f, tf, fl := unpackPosting(p)
+			set[fmt.Sprintf("%s/%d/%d/%d/%t", d.key, f, tf, fl, d.alive)] = struct{}{}
+			df[(p>>29)&7]++
+		}
 	}
 	if df != pl.df {
 		set[fmt.Sprintf("df mismatch %v != %v", pl.df, df)] = struct{}{}
