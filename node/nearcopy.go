@@ -80,31 +80,59 @@ func mix64(x uint64) uint64 {
 // nearSignature is the signature of texts' evaluable fields (words made
 // in buf, returned for reuse); ok is false when they have no word.
 func nearSignature(h embed.Hashed, texts *[cmb.NumFields]string, buf []uint64) (sig nearSig, ok bool, _ []uint64) {
-	for i := range sig {
-		sig[i] = math.MaxUint32
-	}
-	add := func(x uint64) {
-		x = mix64(x)
-		b, _ := bits.Mul64(x, nearBins) // the top bits pick the bin
-		sig[b] = min(sig[b], uint32(x))
-		ok = true
-	}
+	var s nearSigner
+	s.init()
 	for f := range texts {
 		t, evaluable := evaluableText(texts[f])
 		if !evaluable {
 			continue
 		}
 		buf = h.AppendWords(buf[:0], t)
-		tag := uint64(f+1) * 0x9e3779b97f4a7c15
-		if len(buf) == 1 {
-			add(buf[0] ^ tag)
-		}
-		for k := 1; k < len(buf); k++ {
-			add((buf[k-1]*fnvPrime ^ buf[k]) + tag)
-		}
+		s.addField(f, buf)
 	}
-	if !ok {
-		return sig, false, buf
+	sig, ok = s.finish()
+	return sig, ok, buf
+}
+
+// nearSigner makes a signature field by field: a bin's minimum does not
+// depend on the order its shingles come in, so the fields may be added in
+// any order (hashFields adds them in name order).
+type nearSigner struct {
+	sig nearSig
+	ok  bool // a shingle was added
+}
+
+func (s *nearSigner) init() {
+	for i := range s.sig {
+		s.sig[i] = math.MaxUint32
+	}
+	s.ok = false
+}
+
+// addField adds the shingles of field f (an index in cmb.FieldNames),
+// whose words' hashes are words.
+func (s *nearSigner) addField(f int, words []uint64) {
+	tag := uint64(f+1) * 0x9e3779b97f4a7c15
+	if len(words) == 1 {
+		s.add(words[0] ^ tag)
+	}
+	for k := 1; k < len(words); k++ {
+		s.add((words[k-1]*fnvPrime ^ words[k]) + tag)
+	}
+}
+
+func (s *nearSigner) add(x uint64) {
+	x = mix64(x)
+	b, _ := bits.Mul64(x, nearBins) // the top bits pick the bin
+	s.sig[b] = min(s.sig[b], uint32(x))
+	s.ok = true
+}
+
+// finish is the signature; ok is false when no shingle was added.
+func (s *nearSigner) finish() (sig nearSig, ok bool) {
+	sig = s.sig
+	if !s.ok {
+		return sig, false
 	}
 	// An empty bin takes the next full one's minimum, mixed with the
 	// distance, so two records' empty bins agree as often as full ones.
@@ -119,7 +147,7 @@ func nearSignature(h embed.Hashed, texts *[cmb.NumFields]string, buf []uint64) (
 			}
 		}
 	}
-	return sig, true, buf
+	return sig, true
 }
 
 // fnvPrime combines a word pair's hashes in order.
