@@ -189,17 +189,33 @@ type nearIndex struct {
 const nearJudged = 256
 
 // nearGroup is one group's table. Entry e's chain link in band b is
-// next[e][b]: the entry added before it with the same band key, plus one
-// (0 ends the chain); heads holds each band key's newest entry plus one.
+// entry(e).next[b]: the entry added before it with the same band key, plus
+// one (0 ends the chain); heads holds each band key's newest entry plus
+// one. Entries are held in chunks of nearChunk: a table of many records
+// grows by one chunk, not by copying all of it, and holds at most one
+// chunk's room it does not use; the first chunk grows as a slice does, so
+// a group of few records takes room for about those.
 type nearGroup struct {
-	ready chan struct{} // closed once the records stored before are in
-	keys  []string
-	at    []int64
-	sigs  []nearSig
-	next  [][nearBands]int32
-	pos   map[string]int32
-	heads map[uint64]int32
+	ready  chan struct{} // closed once the records stored before are in
+	chunks [][]nearEntry // nearChunk entries each, but the last
+	n      int32         // entries added
+	pos    map[string]int32
+	heads  map[uint64]int32
 }
+
+// nearEntry is one record in its group's table: what lookup reads of a
+// candidate, together.
+type nearEntry struct {
+	sig  nearSig
+	next [nearBands]int32
+	at   int64
+	key  string
+}
+
+// nearChunk is the entries of one chunk: 270 KB.
+const nearChunk = 1024
+
+func (g *nearGroup) entry(e int32) *nearEntry { return &g.chunks[e/nearChunk][e%nearChunk] }
 
 // nearCandidate is a record sharing a band with the looked-up one.
 type nearCandidate struct {
@@ -212,16 +228,23 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	if _, ok := g.pos[key]; ok {
 		return
 	}
-	e := int32(len(g.keys))
+	e := g.n
+	switch {
+	case e == 0:
+		g.chunks = [][]nearEntry{nil}
+	case e%nearChunk == 0:
+		g.chunks = append(g.chunks, make([]nearEntry, 0, nearChunk))
+	}
+	last := &g.chunks[len(g.chunks)-1]
+	*last = append(*last, nearEntry{sig: *sig, at: at, key: key})
+	g.n++
 	g.pos[key] = e
-	g.keys, g.at, g.sigs = append(g.keys, key), append(g.at, at), append(g.sigs, *sig)
-	var links [nearBands]int32
-	for b := range links {
+	en := g.entry(e)
+	for b := range en.next {
 		k := sig.band(b)
-		links[b] = g.heads[k]
+		en.next[b] = g.heads[k]
 		g.heads[k] = e + 1
 	}
-	g.next = append(g.next, links)
 }
 
 // judgedSig keeps sig, of the judged record key, for its add.
@@ -344,13 +367,13 @@ func (x *nearIndex) lookup(g *nearGroup, sig *nearSig, out []nearCandidate) []ne
 	for b := range nearBands {
 		e := g.heads[sig.band(b)]
 		for n := 0; e != 0 && n < nearChain; n++ {
-			i := e - 1
-			e = g.next[i][b]
-			if slices.ContainsFunc(out, func(c nearCandidate) bool { return c.kt.Key == g.keys[i] }) {
+			en := g.entry(e - 1)
+			e = en.next[b]
+			if slices.ContainsFunc(out, func(c nearCandidate) bool { return c.kt.Key == en.key }) {
 				continue
 			}
-			if a := agree(sig, &g.sigs[i]); a >= nearAgree {
-				out = append(out, nearCandidate{kt: store.KeyTime{Key: g.keys[i], CreatedAt: g.at[i]}, agree: a})
+			if a := agree(sig, &en.sig); a >= nearAgree {
+				out = append(out, nearCandidate{kt: store.KeyTime{Key: en.key, CreatedAt: en.at}, agree: a})
 			}
 		}
 	}
