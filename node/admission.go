@@ -90,7 +90,7 @@ type admission struct {
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	near nearIndex     // the signatures near-copies are found by
-	// works (*hashedWork) are evaluate's working memory, recycled: about
+	// works (*hashedWork) are judge's and evaluate's working memory, recycled: about
 	// 90 KB at 512 dimensions (the record's seven fields dense and their
 	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
 	// vectors), of which nothing outlives a judgement.
@@ -431,7 +431,7 @@ func (n *Node) evaluate(ctx context.Context, w *hashedWork, rec *cmb.Record, tex
 	return out, annexes, nil
 }
 
-// hashedWork is evaluate's working memory in the hashed kernel.
+// hashedWork is judge's and evaluate's working memory in the hashed kernel.
 type hashedWork struct {
 	sc     *hashScratch
 	ev     svaf.Evaluator
@@ -450,7 +450,7 @@ type missedAnchor struct {
 	texts [cmb.NumFields]string
 }
 
-// work is evaluate's working memory for the hashed kernel's dim.
+// work is judge's and evaluate's working memory for the hashed kernel's dim.
 func (a *admission) work() *hashedWork {
 	if w, ok := a.works.Get().(*hashedWork); ok && len(w.sc.counts) == a.hashed.Dim {
 		return w
