@@ -90,7 +90,7 @@ type admission struct {
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	near nearIndex     // the signatures near-copies are found by
-	// works (*hashedWork) are evaluate's working memory, recycled: about
+	// works (*hashedWork) are judge's and evaluate's working memory, recycled: about
 	// 90 KB at 512 dimensions (the record's seven fields dense and their
 	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
 	// vectors), of which nothing outlives a judgement.
@@ -225,30 +225,47 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 // (nearcopy.go). When negligible holds of the newest anchors, it looks for
 // no nearest ones and reports so.
 func (n *Node) anchorKeys(ctx context.Context, group string, sig *nearSig, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, bool, error) {
-	var out []store.KeyTime
-	if n.adm.recent > 0 {
-		err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
-			if n.isAnchor(kt.Key) {
-				out = append(out, kt)
-			}
-			if len(out) >= n.adm.recent {
-				return errEnough
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errEnough) {
-			return nil, false, err
-		}
-		if negligible != nil && negligible(out) {
-			return out, true, nil
-		}
+	out, err := n.recentAnchors(ctx, group)
+	if err != nil {
+		return nil, false, err
 	}
+	if n.adm.recent > 0 && negligible != nil && negligible(out) {
+		return out, true, nil
+	}
+	out, err = n.nearAnchors(ctx, group, sig, out)
+	return out, false, err
+}
+
+// recentAnchors are the Recent newest anchors of group, newest first.
+func (n *Node) recentAnchors(ctx context.Context, group string) ([]store.KeyTime, error) {
+	if n.adm.recent <= 0 {
+		return nil, nil
+	}
+	out := make([]store.KeyTime, 0, n.adm.recent+n.adm.nearest)
+	err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
+		if n.isAnchor(kt.Key) {
+			out = append(out, kt)
+		}
+		if len(out) >= n.adm.recent {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// nearAnchors appends to the recent anchors out up to Nearest near-copies
+// of the record whose signature is sig (nil: none), not among out.
+func (n *Node) nearAnchors(ctx context.Context, group string, sig *nearSig, out []store.KeyTime) ([]store.KeyTime, error) {
 	if n.adm.nearest == 0 || sig == nil {
-		return out, false, nil
+		return out, nil
 	}
 	g, err := n.adm.near.group(ctx, n.adm.hashed, n.st, group)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	recent := len(out)
 	added := 0
@@ -260,13 +277,13 @@ func (n *Node) anchorKeys(ctx context.Context, group string, sig *nearSig, negli
 			continue
 		}
 		if ok, err := n.st.Has(ctx, c.kt.Key); err != nil {
-			return nil, false, err
+			return nil, err
 		} else if ok {
 			out = append(out, c.kt)
 			added++
 		}
 	}
-	return out, false, nil
+	return out, nil
 }
 
 // negligible reports whether a record with texts, judged at now in the
@@ -298,43 +315,69 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	all := rec.Fields.Texts()
 	texts := fieldTexts(all)
 	now := n.now()
-	var negligible func([]store.KeyTime) bool
+	w := n.adm.work()
+	defer n.adm.works.Put(w)
+	// The signature finds the record's near-copies and, once it is
+	// stored, the records that copy it: made whatever the verdict. When
+	// the hashed kernel judges the record, its counts are made in the same
+	// pass over the texts (hashFields), else alone (nearSignature).
+	var sig nearSig
+	var signed bool
+	var hin hashedRecord
+	sign := func() {
+		var words [128]uint64 // more than most fields' words
+		sig, signed, _ = nearSignature(n.adm.hashed, &all, words[:0])
+	}
+	var kts []store.KeyTime
+	var err error
 	if d := n.dense; d == nil || len(texts) == 0 || !d.healthy.Load() {
 		// The hashed kernel judges (denseVectorsFor): a record whose
 		// anchors all weigh nothing needs no nearest anchors, vectors or
 		// evaluation. The dense kernel's verdict also needs its vectors,
 		// which are stored with the record.
-		negligible = func(recent []store.KeyTime) bool { return n.adm.negligible(now, texts, recent) }
+		kts, err = n.recentAnchors(ctx, rec.Group)
+		if err != nil {
+			return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+		}
+		if n.adm.recent > 0 && n.adm.negligible(now, texts, kts) {
+			sign()
+			if signed {
+				n.adm.near.judgedSig(rec.Key, &sig)
+			}
+			out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
+			annexes, err := verdictAnnex(out)
+			if err != nil {
+				return verdictRecord{}, nil, err
+			}
+			return out, annexes, nil
+		}
+		var ns nearSigner
+		ns.init()
+		hin = hashFields(n.adm.hashed, &all, w.sc, &ns)
+		sig, signed = ns.finish()
+	} else {
+		sign()
+		kts, err = n.recentAnchors(ctx, rec.Group)
+		if err != nil {
+			return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+		}
 	}
-	// The signature finds the record's near-copies and, once it is
-	// stored, the records that copy it: made whatever the verdict.
-	var words [128]uint64 // more than most fields' words
-	sig, ok, _ := nearSignature(n.adm.hashed, &all, words[:0])
 	var near *nearSig
-	if ok {
+	if signed {
 		n.adm.near.judgedSig(rec.Key, &sig)
 		near = &sig
 	}
-	kts, admit, err := n.anchorKeys(ctx, rec.Group, near, negligible)
-	if err != nil {
+	if kts, err = n.nearAnchors(ctx, rec.Group, near, kts); err != nil {
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
 	}
-	if admit {
-		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
-		annexes, err := verdictAnnex(out)
-		if err != nil {
-			return verdictRecord{}, nil, err
-		}
-		return out, annexes, nil
-	}
-	return n.evaluate(ctx, rec, texts, kts, now)
+	return n.evaluate(ctx, w, rec, texts, hin, kts, now)
 }
 
 // evaluate judges rec, with texts, at now against the anchors kts and
-// returns the verdict with the annexes to store beside the record.
-func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]string, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
-	w := n.adm.work()
-	defer n.adm.works.Put(w)
+// returns the verdict with the annexes to store beside the record; hin
+// is rec's hashed counts when already made (nil: made here if the hashed
+// kernel judges).
+func (n *Node) evaluate(ctx context.Context, w *hashedWork, rec *cmb.Record, texts map[string]string, hin hashedRecord, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
 	anchors := make([]svaf.Anchor, 0, len(kts))
 	// An anchor whose hashed counts are cached needs no read: its texts
 	// only ever make those counts.
@@ -362,12 +405,14 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 		v = svaf.Evaluate(n.adm.cfg, in, anchors, age)
 	} else {
 		kernel = n.adm.hashedID
-		all := rec.Fields.Texts()
-		hin := hashFields(n.adm.hashed, &all, w.sc)
+		if hin == nil {
+			all := rec.Fields.Texts()
+			hin = hashFields(n.adm.hashed, &all, w.sc, nil)
+		}
 		// The record is the next one's newest anchor, most likely.
 		n.adm.vecs.put(rec.Key, hin)
 		for _, m := range w.missed {
-			w.hrs[m.at] = hashFields(n.adm.hashed, &m.texts, w.sc)
+			w.hrs[m.at] = hashFields(n.adm.hashed, &m.texts, w.sc, nil)
 			n.adm.vecs.put(anchors[m.at].Key, w.hrs[m.at])
 		}
 		v = w.judge(n.adm.cfg, hin, anchors, age)
@@ -386,7 +431,7 @@ func (n *Node) evaluate(ctx context.Context, rec *cmb.Record, texts map[string]s
 	return out, annexes, nil
 }
 
-// hashedWork is evaluate's working memory in the hashed kernel.
+// hashedWork is judge's and evaluate's working memory in the hashed kernel.
 type hashedWork struct {
 	sc     *hashScratch
 	ev     svaf.Evaluator
@@ -405,7 +450,7 @@ type missedAnchor struct {
 	texts [cmb.NumFields]string
 }
 
-// work is evaluate's working memory for the hashed kernel's dim.
+// work is judge's and evaluate's working memory for the hashed kernel's dim.
 func (a *admission) work() *hashedWork {
 	if w, ok := a.works.Get().(*hashedWork); ok && len(w.sc.counts) == a.hashed.Dim {
 		return w

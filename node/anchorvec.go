@@ -69,8 +69,9 @@ type hashScratch struct {
 	counts []int32 // dim
 	// idx and cnt hold each field's nonzero counts, dim entries a field,
 	// until the record's are copied out together.
-	idx []uint16
-	cnt []int32
+	idx   []uint16
+	cnt   []int32
+	words []uint64 // a field's words' hashes, for a signature
 }
 
 func newHashScratch(dim int) *hashScratch {
@@ -78,8 +79,9 @@ func newHashScratch(dim int) *hashScratch {
 }
 
 // hashFields counts the n-grams of each of texts' evaluable fields, in sc
-// (of h.Dim).
-func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch) hashedRecord {
+// (of h.Dim). Unless ns is nil it adds their words to ns too, in the same
+// pass over each text (embed.Hashed.CountsWords).
+func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, ns *nearSigner) hashedRecord {
 	dim := len(sc.counts)
 	if len(sc.idx) < cmb.NumFields*dim {
 		sc.idx, sc.cnt = make([]uint16, cmb.NumFields*dim), make([]int32, cmb.NumFields*dim)
@@ -98,7 +100,12 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch) h
 			continue
 		}
 		clear(sc.counts)
-		h.Counts(t, sc.counts)
+		if ns != nil {
+			sc.words = h.CountsWords(t, sc.counts, sc.words[:0])
+			ns.addField(fi, sc.words)
+		} else {
+			h.Counts(t, sc.counts)
+		}
 		idx, cnt := sc.idx[nf*dim:(nf+1)*dim], sc.cnt[nf*dim:(nf+1)*dim]
 		// Σc² in integers: Normalize's float64 sum of the same squares is
 		// exact too (a field has at most 64 Ki n-grams), so they agree.

@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestHashedRecordVectors(t *testing.T) {
 	}
 	sc := newHashScratch(h.Dim)
 	for round := range 2 { // the scratch serves the next record as well
-		hr := hashFields(h, &texts, sc)
+		hr := hashFields(h, &texts, sc, nil)
 		var names []string
 		for _, f := range hr {
 			names = append(names, cmb.FieldNames[f.field])
@@ -136,7 +137,7 @@ func TestHashedJudgeMatchesDense(t *testing.T) {
 	w := &hashedWork{sc: newHashScratch(h.Dim)}
 	seen := map[svaf.Decision]int{}
 	for i := 10; i < len(texts); i++ {
-		hin := hashFields(h, &texts[i], w.sc)
+		hin := hashFields(h, &texts[i], w.sc, nil)
 		var anchors []svaf.Anchor
 		w.hrs = w.hrs[:0]
 		for k := range 1 + i%12 {
@@ -145,7 +146,7 @@ func TestHashedJudgeMatchesDense(t *testing.T) {
 				j = i - 1 // the record it nearly copies
 			}
 			anchors = append(anchors, svaf.Anchor{Key: fmt.Sprint(j), Age: time.Duration(k*(i%4)) * 7 * time.Minute, Vectors: dense(&texts[j])})
-			w.hrs = append(w.hrs, hashFields(h, &texts[j], w.sc))
+			w.hrs = append(w.hrs, hashFields(h, &texts[j], w.sc, nil))
 		}
 		age := time.Duration(i%3) * 45 * time.Minute
 		want := svaf.Evaluate(c, dense(&texts[i]), anchors, age)
@@ -160,5 +161,35 @@ func TestHashedJudgeMatchesDense(t *testing.T) {
 	}
 	if len(seen) < 4 {
 		t.Fatalf("verdicts %v: the records do not reach all four", seen)
+	}
+}
+
+// TestHashFieldsSigns: counting a record's fields with a signer gives the
+// counts made without one and the signature nearSignature makes, for
+// standard records and for one of every kind of field.
+func TestHashFieldsSigns(t *testing.T) {
+	h := embed.DefaultHashed()
+	recs := standardTexts(8)
+	var odd [cmb.NumFields]string
+	for i, s := range []string{"Ünïcode straße — 東京 🚀 ASCII", "...  ,,, !!!", " Neutral ", "x", strings.Repeat("ab ", 70) + "cd", "", "Shipping v2.3 on Friday."} {
+		odd[i] = s
+	}
+	var none [cmb.NumFields]string
+	none[2] = " ;; "
+	recs = append(recs, odd, none)
+	sc := newHashScratch(h.Dim)
+	for i := range recs {
+		want := hashFields(h, &recs[i], sc, nil)
+		var ns nearSigner
+		ns.init()
+		got := hashFields(h, &recs[i], sc, &ns)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("record %d: counts differ with a signer", i)
+		}
+		sig, ok := ns.finish()
+		wantSig, wantOK, _ := nearSignature(h, &recs[i], nil)
+		if sig != wantSig || ok != wantOK {
+			t.Errorf("record %d: signature %v %x, want %v %x", i, ok, sig[:4], wantOK, wantSig[:4])
+		}
 	}
 }

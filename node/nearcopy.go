@@ -80,31 +80,59 @@ func mix64(x uint64) uint64 {
 // nearSignature is the signature of texts' evaluable fields (words made
 // in buf, returned for reuse); ok is false when they have no word.
 func nearSignature(h embed.Hashed, texts *[cmb.NumFields]string, buf []uint64) (sig nearSig, ok bool, _ []uint64) {
-	for i := range sig {
-		sig[i] = math.MaxUint32
-	}
-	add := func(x uint64) {
-		x = mix64(x)
-		b, _ := bits.Mul64(x, nearBins) // the top bits pick the bin
-		sig[b] = min(sig[b], uint32(x))
-		ok = true
-	}
+	var s nearSigner
+	s.init()
 	for f := range texts {
 		t, evaluable := evaluableText(texts[f])
 		if !evaluable {
 			continue
 		}
 		buf = h.AppendWords(buf[:0], t)
-		tag := uint64(f+1) * 0x9e3779b97f4a7c15
-		if len(buf) == 1 {
-			add(buf[0] ^ tag)
-		}
-		for k := 1; k < len(buf); k++ {
-			add((buf[k-1]*fnvPrime ^ buf[k]) + tag)
-		}
+		s.addField(f, buf)
 	}
-	if !ok {
-		return sig, false, buf
+	sig, ok = s.finish()
+	return sig, ok, buf
+}
+
+// nearSigner makes a signature field by field: a bin's minimum does not
+// depend on the order its shingles come in, so the fields may be added in
+// any order (hashFields adds them in name order).
+type nearSigner struct {
+	sig nearSig
+	ok  bool // a shingle was added
+}
+
+func (s *nearSigner) init() {
+	for i := range s.sig {
+		s.sig[i] = math.MaxUint32
+	}
+	s.ok = false
+}
+
+// addField adds the shingles of field f (an index in cmb.FieldNames),
+// whose words' hashes are words.
+func (s *nearSigner) addField(f int, words []uint64) {
+	tag := uint64(f+1) * 0x9e3779b97f4a7c15
+	if len(words) == 1 {
+		s.add(words[0] ^ tag)
+	}
+	for k := 1; k < len(words); k++ {
+		s.add((words[k-1]*fnvPrime ^ words[k]) + tag)
+	}
+}
+
+func (s *nearSigner) add(x uint64) {
+	x = mix64(x)
+	b, _ := bits.Mul64(x, nearBins) // the top bits pick the bin
+	s.sig[b] = min(s.sig[b], uint32(x))
+	s.ok = true
+}
+
+// finish is the signature; ok is false when no shingle was added.
+func (s *nearSigner) finish() (sig nearSig, ok bool) {
+	sig = s.sig
+	if !s.ok {
+		return sig, false
 	}
 	// An empty bin takes the next full one's minimum, mixed with the
 	// distance, so two records' empty bins agree as often as full ones.
@@ -119,7 +147,7 @@ func nearSignature(h embed.Hashed, texts *[cmb.NumFields]string, buf []uint64) (
 			}
 		}
 	}
-	return sig, true, buf
+	return sig, true
 }
 
 // fnvPrime combines a word pair's hashes in order.
@@ -161,17 +189,33 @@ type nearIndex struct {
 const nearJudged = 256
 
 // nearGroup is one group's table. Entry e's chain link in band b is
-// next[e][b]: the entry added before it with the same band key, plus one
-// (0 ends the chain); heads holds each band key's newest entry plus one.
+// entry(e).next[b]: the entry added before it with the same band key, plus
+// one (0 ends the chain); heads holds each band key's newest entry plus
+// one. Entries are held in chunks of nearChunk: a table of many records
+// grows by one chunk, not by copying all of it, and holds at most one
+// chunk's room it does not use; the first chunk grows as a slice does, so
+// a group of few records takes room for about those.
 type nearGroup struct {
-	ready chan struct{} // closed once the records stored before are in
-	keys  []string
-	at    []int64
-	sigs  []nearSig
-	next  [][nearBands]int32
-	pos   map[string]int32
-	heads map[uint64]int32
+	ready  chan struct{} // closed once the records stored before are in
+	chunks [][]nearEntry // nearChunk entries each, but the last
+	n      int32         // entries added
+	pos    map[string]int32
+	heads  map[uint64]int32
 }
+
+// nearEntry is one record in its group's table: what lookup reads of a
+// candidate, together.
+type nearEntry struct {
+	sig  nearSig
+	next [nearBands]int32
+	at   int64
+	key  string
+}
+
+// nearChunk is the entries of one chunk: 270 KB.
+const nearChunk = 1024
+
+func (g *nearGroup) entry(e int32) *nearEntry { return &g.chunks[e/nearChunk][e%nearChunk] }
 
 // nearCandidate is a record sharing a band with the looked-up one.
 type nearCandidate struct {
@@ -184,16 +228,23 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	if _, ok := g.pos[key]; ok {
 		return
 	}
-	e := int32(len(g.keys))
+	e := g.n
+	switch {
+	case e == 0:
+		g.chunks = [][]nearEntry{nil}
+	case e%nearChunk == 0:
+		g.chunks = append(g.chunks, make([]nearEntry, 0, nearChunk))
+	}
+	last := &g.chunks[len(g.chunks)-1]
+	*last = append(*last, nearEntry{sig: *sig, at: at, key: key})
+	g.n++
 	g.pos[key] = e
-	g.keys, g.at, g.sigs = append(g.keys, key), append(g.at, at), append(g.sigs, *sig)
-	var links [nearBands]int32
-	for b := range links {
+	en := g.entry(e)
+	for b := range en.next {
 		k := sig.band(b)
-		links[b] = g.heads[k]
+		en.next[b] = g.heads[k]
 		g.heads[k] = e + 1
 	}
-	g.next = append(g.next, links)
 }
 
 // judgedSig keeps sig, of the judged record key, for its add.
@@ -316,13 +367,13 @@ func (x *nearIndex) lookup(g *nearGroup, sig *nearSig, out []nearCandidate) []ne
 	for b := range nearBands {
 		e := g.heads[sig.band(b)]
 		for n := 0; e != 0 && n < nearChain; n++ {
-			i := e - 1
-			e = g.next[i][b]
-			if slices.ContainsFunc(out, func(c nearCandidate) bool { return c.kt.Key == g.keys[i] }) {
+			en := g.entry(e - 1)
+			e = en.next[b]
+			if slices.ContainsFunc(out, func(c nearCandidate) bool { return c.kt.Key == en.key }) {
 				continue
 			}
-			if a := agree(sig, &g.sigs[i]); a >= nearAgree {
-				out = append(out, nearCandidate{kt: store.KeyTime{Key: g.keys[i], CreatedAt: g.at[i]}, agree: a})
+			if a := agree(sig, &en.sig); a >= nearAgree {
+				out = append(out, nearCandidate{kt: store.KeyTime{Key: en.key, CreatedAt: en.at}, agree: a})
 			}
 		}
 	}

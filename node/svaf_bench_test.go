@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand"
+	"runtime"
 	"testing"
 
 	"github.com/cmbnode/cmbnode/cmb"
@@ -71,7 +72,7 @@ func BenchmarkHashFields(b *testing.B) {
 	b.ReportAllocs()
 	cpu0, n := cpuTime(), 0
 	for ; b.Loop(); n++ {
-		hashFields(h, &recs[n%len(recs)], sc)
+		hashFields(h, &recs[n%len(recs)], sc, nil)
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/record")
 }
@@ -88,4 +89,45 @@ func BenchmarkNearSignature(b *testing.B) {
 		_, _, buf = nearSignature(h, &recs[n%len(recs)], buf)
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/record")
+}
+
+// BenchmarkNearAdd is adding the signatures of 20,000 standard records,
+// judged just before, to a group's near-copy table, as keep does for each
+// record stored: it reports the CPU and the table's heap per record.
+func BenchmarkNearAdd(b *testing.B) {
+	recs := standardTexts(256)
+	h := embed.DefaultHashed()
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	keys := make([]string, 20000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("cmb1-%060d", i)
+	}
+	fill := func() *nearIndex {
+		x := &nearIndex{groups: map[string]*nearGroup{"alpha": {pos: map[string]int32{}, heads: map[uint64]int32{}}}}
+		for i, k := range keys {
+			s := sigs[i%len(sigs)] // made distinct in every band
+			for j := 1; j < nearBins; j += nearRows {
+				s[j] ^= uint32(i)
+			}
+			x.judgedSig(k, &s)
+			x.add(h, k, "alpha", int64(i), nil)
+		}
+		return x
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	x := fill()
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(x)
+	cpu0 := cpuTime()
+	for b.Loop() {
+		fill()
+	}
+	b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/float64(len(keys)), "B/record")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N*len(keys)), "cpu-µs/record")
 }

@@ -75,7 +75,7 @@ func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _, err := bob.evaluate(ctx, rec, texts, kts, clock)
+		want, _, err := bob.evaluate(ctx, bob.adm.work(), rec, texts, nil, kts, clock)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -314,3 +314,24 @@ func TestAppendWords(t *testing.T) {
 		t.Errorf("no word: %x", got)
 	}
 }
+
+// TestCountsWords: the one pass gives Counts's counts and AppendWords's
+// hashes, appended after what words held, for ASCII and other texts, in
+// the default kernel and one the pass does not stream.
+func TestCountsWords(t *testing.T) {
+	texts := []string{"Parser ships friday 42", "  a, bb; CCC.\tdddd ", "x", " ,;. ", "", "parser ships café friday 42", "Zürich-Bern 3"}
+	for _, h := range []Hashed{DefaultHashed(), {N: 2, Dim: 100}} {
+		for _, s := range texts {
+			want, got := make([]int32, h.Dim), make([]int32, h.Dim)
+			want[7], got[7] = 5, 5 // counts are added to
+			h.Counts(s, want)
+			words := h.CountsWords(s, got, []uint64{1})
+			if !slices.Equal(got, want) {
+				t.Errorf("%v %q: counts differ", h, s)
+			}
+			if w := append([]uint64{1}, h.AppendWords(nil, s)...); !slices.Equal(words, w) {
+				t.Errorf("%v %q: words %x, want %x", h, s, words, w)
+			}
+		}
+	}
+}

@@ -62,7 +62,7 @@ func (h Hashed) Counts(text string, c []int32) {
 	c = c[:h.Dim]
 	if isASCII(text) {
 		if h.N == 3 && h.Dim&(h.Dim-1) == 0 {
-			addASCII3(c, text)
+			addASCII3(c, text, nil, false)
 		} else {
 			h.addASCII(c, text)
 		}
@@ -98,6 +98,17 @@ func (h Hashed) Counts(text string, c []int32) {
 		flush()
 	}
 	flush()
+}
+
+// CountsWords is Counts and AppendWords at once: it adds text's n-gram
+// counts into c and appends its words' hashes to words, reading an ASCII
+// text once for both (the default kernel's).
+func (h Hashed) CountsWords(text string, c []int32, words []uint64) []uint64 {
+	if h.N == 3 && h.Dim&(h.Dim-1) == 0 && isASCII(text) {
+		return addASCII3(c[:h.Dim], text, words, true)
+	}
+	h.Counts(text, c)
+	return h.AppendWords(words, text)
 }
 
 // AppendWords appends the FNV-1a (64-bit) hash of each of text's words,
@@ -195,8 +206,9 @@ func (h Hashed) addASCII(v []int32, text string) {
 // addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
 // kernel), streamed: each byte of a word (or its end mark) closes the
 // trigram of the two before it, so the word is never copied, and FNV-1a's
-// first step comes from a table.
-func addASCII3(v []int32, text string) {
+// first step comes from a table. With keep it also appends each word's
+// hash (AppendWords's) to words, made in the same pass.
+func addASCII3(v []int32, text string, words []uint64, keep bool) []uint64 {
 	mask := uint64(len(v) - 1)
 	add := func(x uint64) {
 		// The sign is the hash's top bit: +1 or -1 without a branch.
@@ -204,15 +216,20 @@ func addASCII3(v []int32, text string) {
 	}
 	var a, b byte // the word's last two bytes
 	n := 0        // bytes of the word so far, its start mark included
+	w := uint64(fnvOffset64)
 	for i := 0; i < len(text); i++ {
 		c := asciiFold[text[i]]
 		if c == 0 {
 			if n > 1 {
 				add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+				if keep {
+					words = append(words, w)
+				}
 			}
-			n = 0
+			n, w = 0, fnvOffset64
 			continue
 		}
+		w = (w ^ uint64(c)) * fnvPrime64
 		if n == 0 {
 			a, b, n = 2, c, 2 // '\x02' then c
 			continue
@@ -223,7 +240,11 @@ func addASCII3(v []int32, text string) {
 	}
 	if n > 1 {
 		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
+		if keep {
+			words = append(words, w)
+		}
 	}
+	return words
 }
 
 // asciiFold maps an ASCII letter or digit to itself lowered, anything
