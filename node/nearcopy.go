@@ -196,7 +196,8 @@ const nearJudged = 256
 // chunk's room it does not use; the first chunk grows as a slice does, so
 // a group of few records takes room for about those.
 type nearGroup struct {
-	ready  chan struct{} // closed once the records stored before are in
+	ready  chan struct{} // closed once the records stored before are in, or failed to be
+	failed bool          // they are not all in; set before ready is closed
 	chunks [][]nearEntry // nearChunk entries each, but the last
 	n      int32         // entries added
 	pos    map[string]int32
@@ -290,35 +291,47 @@ func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb
 // group returns group's table, made on the first call from the records
 // stored in it (read through st): every later store adds to it itself.
 func (x *nearIndex) group(ctx context.Context, h embed.Hashed, st *store.Store, group string) (*nearGroup, error) {
-	x.mu.Lock()
-	if x.groups == nil {
-		x.groups = map[string]*nearGroup{}
-	}
-	g, found := x.groups[group]
-	if !found {
-		// Made and visible before the store is read: a record stored from
-		// now on is added by keepEntry, one stored before is read below.
-		g = &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
-		x.groups[group] = g
-	}
-	x.mu.Unlock()
-	if found {
+	for {
+		x.mu.Lock()
+		if x.groups == nil {
+			x.groups = map[string]*nearGroup{}
+		}
+		g, found := x.groups[group]
+		if !found {
+			// Made and visible before the store is read: a record stored from
+			// now on is added by keepEntry, one stored before is read below.
+			g = &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
+			x.groups[group] = g
+		}
+		x.mu.Unlock()
+		if !found {
+			return x.fillGroup(ctx, h, st, g, group)
+		}
 		select {
 		case <-g.ready:
-			return g, nil
+			// A fill that failed left g part-filled and out of x.groups:
+			// its waiters never use it, they read the store themselves.
+			if !g.failed {
+				return g, nil
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	err := x.fill(ctx, h, st, g, group)
-	if err != nil {
+}
+
+// fillGroup fills g, just made for group, and releases its waiters.
+func (x *nearIndex) fillGroup(ctx context.Context, h embed.Hashed, st *store.Store, g *nearGroup, group string) (*nearGroup, error) {
+	defer close(g.ready)
+	if err := x.fill(ctx, h, st, g, group); err != nil {
 		// The next lookup reads the store again.
 		x.mu.Lock()
 		delete(x.groups, group)
 		x.mu.Unlock()
+		g.failed = true
+		return nil, fmt.Errorf("reading group %q's records for near-copy lookups: %w", group, err)
 	}
-	close(g.ready)
-	return g, err
+	return g, nil
 }
 
 // fill reads into g the records stored in group, oldest first.

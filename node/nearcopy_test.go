@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cmbnode/cmbnode/cmb"
@@ -162,4 +163,69 @@ func nearCopies(t *testing.T, numbered bool) {
 		}
 	}
 	t.Logf("near-copies: %d found, %d wrong nearest, %d missed; new records: %d of %d redundant", total.found, total.wrong, total.missed, falseRedundant, fresh)
+}
+
+// A lookup that waits on another's first fill of a group's table, and
+// sees that fill fail, reads the store itself: it never gets the failed
+// fill's part-filled table (which no later store adds to).
+func TestNearGroupWaiterOfFailedFill(t *testing.T) {
+	ctx := context.Background()
+	base := time.UnixMilli(1_751_000_000_000)
+	var ms atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(ms.Load()) * time.Millisecond) }
+	aliceID, bob, src := seededReceiver(t, now)
+	const stored = 5
+	for i := range stored {
+		ms.Add(100)
+		var f cmb.Fields
+		f[cmb.Focus].Text = fmt.Sprintf("record %d of the failed fill test", i)
+		rec, err := cmb.Build(cmb.Draft{Fields: f, Group: "alpha", CreatedBy: aliceID.NodeID, CreatedAt: now().UnixMilli()}, aliceID.Ed25519)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := bob.Check(ctx, rec, src)
+		if err == nil {
+			_, err = bob.Accept(ctx, c)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := &bob.adm.near
+	// As after a restart, with a first fill under way that will fail.
+	filling := &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
+	x.mu.Lock()
+	x.groups = map[string]*nearGroup{"alpha": filling}
+	x.mu.Unlock()
+
+	type result struct {
+		g   *nearGroup
+		err error
+	}
+	got := make(chan result, 1)
+	synctest.Test(t, func(t *testing.T) {
+		ready := make(chan struct{}) // the bubble's, so the waiter's wait on it is seen
+		filling.ready = ready
+		go func() {
+			g, err := x.group(ctx, bob.adm.hashed, bob.st, "alpha")
+			got <- result{g, err}
+		}()
+		synctest.Wait() // the lookup waits on the fill
+		// The filler's way out on failure (fillGroup).
+		x.mu.Lock()
+		delete(x.groups, "alpha")
+		x.mu.Unlock()
+		filling.failed = true
+		close(ready)
+	})
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g == filling {
+		t.Fatal("the waiter got the failed fill's table")
+	}
+	if r.g.n != stored {
+		t.Fatalf("the waiter's table holds %d records, want the %d stored", r.g.n, stored)
+	}
 }
