@@ -219,23 +219,6 @@ func fieldTexts(texts [cmb.NumFields]string) map[string]string {
 	return out
 }
 
-// anchorKeys picks the anchors for a record of group whose near-copy
-// signature is sig (nil: its fields have no word), newest first then
-// nearest, without repeats: the nearest are its near-copies
-// (nearcopy.go). When negligible holds of the newest anchors, it looks for
-// no nearest ones and reports so.
-func (n *Node) anchorKeys(ctx context.Context, group string, sig *nearSig, negligible func(recent []store.KeyTime) bool) ([]store.KeyTime, bool, error) {
-	out, err := n.recentAnchors(ctx, group)
-	if err != nil {
-		return nil, false, err
-	}
-	if n.adm.recent > 0 && negligible != nil && negligible(out) {
-		return out, true, nil
-	}
-	out, err = n.nearAnchors(ctx, group, sig, out)
-	return out, false, err
-}
-
 // recentAnchors are the Recent newest anchors of group, newest first.
 func (n *Node) recentAnchors(ctx context.Context, group string) ([]store.KeyTime, error) {
 	if n.adm.recent <= 0 {
@@ -258,7 +241,9 @@ func (n *Node) recentAnchors(ctx context.Context, group string) ([]store.KeyTime
 }
 
 // nearAnchors appends to the recent anchors out up to Nearest near-copies
-// of the record whose signature is sig (nil: none), not among out.
+// (nearcopy.go) of the record whose signature is sig (nil: its fields
+// have no word), not among out: a record is judged against its newest
+// anchors, then its nearest, without repeats.
 func (n *Node) nearAnchors(ctx context.Context, group string, sig *nearSig, out []store.KeyTime) ([]store.KeyTime, error) {
 	if n.adm.nearest == 0 || sig == nil {
 		return out, nil

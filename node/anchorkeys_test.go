@@ -86,7 +86,7 @@ func TestNearestAreNearCopies(t *testing.T) {
 	check := func(i int) {
 		f := probe(i)
 		all := f.Texts()
-		kts, _, err := n.anchorKeys(ctx, "alpha", sigOf(n, &all), nil)
+		kts, err := anchorsOf(ctx, n, "alpha", sigOf(n, &all))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +154,16 @@ func bruteNearest(t *testing.T, n *Node, all *[cmb.NumFields]string) []string {
 }
 
 // sigOf is all's near-copy signature as judge makes it (nil: no word).
+// anchorsOf are the anchors judge evaluates a record of group against,
+// whose signature is sig: the recent ones, then the near-copies.
+func anchorsOf(ctx context.Context, n *Node, group string, sig *nearSig) ([]store.KeyTime, error) {
+	kts, err := n.recentAnchors(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	return n.nearAnchors(ctx, group, sig, kts)
+}
+
 func sigOf(n *Node, all *[cmb.NumFields]string) *nearSig {
 	sig, ok, _ := nearSignature(n.adm.hashed, all, nil)
 	if !ok {
@@ -176,7 +186,7 @@ func TestForgottenIsNoNearCopy(t *testing.T) {
 	f[cmb.Focus].Text += " again"
 	all := f.Texts()
 	nearest := func() []store.KeyTime {
-		kts, _, err := n.anchorKeys(ctx, "alpha", sigOf(n, &all), nil)
+		kts, err := anchorsOf(ctx, n, "alpha", sigOf(n, &all))
 		if err != nil {
 			t.Fatal(err)
 		}

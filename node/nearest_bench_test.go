@@ -37,7 +37,7 @@ func liveMemory(b *testing.B, stored, judged int) (*Node, []*cmb.Record) {
 }
 
 // BenchmarkNearest is the anchor lookup alone (the record's near-copy
-// signature, then anchorKeys: the recent anchors and its near-copies) of
+// signature, then judge's anchors: the recent anchors and its near-copies) of
 // a live record against BenchmarkJudge's memory of 3,000 standard
 // records; it reports the process CPU per lookup.
 func BenchmarkNearest(b *testing.B) {
@@ -48,7 +48,7 @@ func BenchmarkNearest(b *testing.B) {
 	for ; b.Loop(); n++ {
 		rec := judged[n%len(judged)]
 		all := rec.Fields.Texts()
-		if _, _, err := bob.anchorKeys(ctx, rec.Group, sigOf(bob, &all), nil); err != nil {
+		if _, err := anchorsOf(ctx, bob, rec.Group, sigOf(bob, &all)); err != nil {
 			b.Fatal(err)
 		}
 	}
