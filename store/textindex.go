@@ -734,7 +734,7 @@ func (x *textIndex) refs(sc *scoreScratch, qterms []string) []termRef {
 
 // stats are the term's document frequencies by field and its postings,
 // over the index and the delta.
-func (r termRef) stats(tt *termTable) (df [NumFields]int32, n int) {
+func (r termRef) stats() (df [NumFields]int32, n int) {
 	if r.pl != nil {
 		df, n = r.pl.df, r.pl.count()
 	}
@@ -815,7 +815,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 				attainable += maxW * idf(1) * (k1 + 1)
 				continue
 			}
-			df, _ := r.stats(&x.terms)
+			df, _ := r.stats()
 			var q queryTerm
 			if attainable += weigh(&q, &df) * (k1 + 1); q.ub > 0 {
 				// Its postings only now: a term no weighted field
@@ -842,7 +842,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 			attainable += maxW * idf(1) * (k1 + 1)
 			continue
 		}
-		dfs, n := r.stats(&x.terms)
+		dfs, n := r.stats()
 		var best float64
 		if uniform {
 			var fewest int32
@@ -888,7 +888,7 @@ func (x *textIndex) queryTermsInto(sc *scoreScratch, qterms []string, o SearchOp
 	for _, k := range order {
 		r := lists[uint32(k)]
 		q := term(r)
-		df, _ := r.stats(&x.terms)
+		df, _ := r.stats()
 		weigh(&q, &df)
 		qs = append(qs, q)
 	}
