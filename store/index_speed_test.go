@@ -412,7 +412,7 @@ func TestTermerCacheMatchesStemmer(t *testing.T) {
 	}
 }
 
-// TestFoldNFCASCII checks foldNFC's eight-bytes-at-a-time scan against a
+// TestFoldNFCASCII checks fold's eight-bytes-at-a-time scan against a
 // byte-by-byte lowering, with at most one byte that decides the outcome at
 // every position.
 func TestFoldNFCASCII(t *testing.T) {
@@ -435,14 +435,14 @@ func TestFoldNFCASCII(t *testing.T) {
 			b[rng.IntN(len(b))] = byte('A' - 1 + rng.IntN(28)) // '@', 'A'..'Z', '['
 		}
 		in := string(b)
-		if got, want := foldNFC(in), lower(in); got != want {
-			t.Fatalf("foldNFC(%q) = %q, want %q", in, got, want)
+		if got, ascii := fold(in); got != lower(in) || !ascii {
+			t.Fatalf("fold(%q) = %q, %t, want %q, true", in, got, ascii, lower(in))
 		}
 		// One non-ASCII rune anywhere takes the Unicode path.
 		i := rng.IntN(len(b) + 1)
 		in = string(b[:i]) + "É" + string(b[i:])
-		if got, want := foldNFC(in), lower(string(b[:i]))+"é"+lower(string(b[i:])); got != want {
-			t.Fatalf("foldNFC(%q) = %q, want %q", in, got, want)
+		if got, ascii := fold(in); got != lower(string(b[:i]))+"é"+lower(string(b[i:])) || ascii {
+			t.Fatalf("fold(%q) = %q, %t, want %q, false", in, got, ascii, lower(string(b[:i]))+"é"+lower(string(b[i:])))
 		}
 	}
 }

@@ -39,7 +39,7 @@ func TestTokenize(t *testing.T) {
 // tokenizeRef is Tokenize by the segmenter alone: the whole folded text
 // through github.com/blevesearch/segment, its word segments kept.
 func tokenizeRef(text string) []string {
-	s := foldNFC(text)
+	s, _ := fold(text)
 	segs, types, _, err := segment.SegmentWordsDirect([]byte(s), nil, nil)
 	if err != nil {
 		panic(fmt.Sprintf("segmenting %q: %v", s, err))

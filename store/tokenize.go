@@ -157,7 +157,7 @@ func appendSegmented(dst []string, s string) []string {
 	segs, types, _, err := segment.SegmentWordsDirect(b, nil, nil)
 	if err != nil {
 		// The segmenter reports an error only for input it cannot
-		// advance over, which valid UTF-8 from foldNFC never is; take the
+		// advance over, which valid UTF-8 from fold never is; take the
 		// words found so far rather than none.
 		segs = segs[:min(len(segs), len(types))]
 	}
@@ -171,15 +171,9 @@ func appendSegmented(dst []string, s string) []string {
 	return dst
 }
 
-// foldNFC case-folds and NFC-normalises. ASCII, the common case, needs
-// neither tables nor allocation beyond the lowered copy.
-func foldNFC(text string) string {
-	s, _ := fold(text)
-	return s
-}
-
-// fold is foldNFC that also reports whether text is all ASCII (and so is
-// what it returns).
+// fold case-folds and NFC-normalises text, and reports whether it is all
+// ASCII (and so is what it returns). ASCII, the common case, needs neither
+// tables nor allocation beyond the lowered copy.
 func fold(text string) (folded string, ascii bool) {
 	ascii, upper := true, false
 	i := 0
