@@ -302,55 +302,45 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	now := n.now()
 	w := n.adm.work()
 	defer n.adm.works.Put(w)
+	kts, err := n.recentAnchors(ctx, rec.Group)
+	if err != nil {
+		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+	}
+	// The hashed kernel judges (denseVectorsFor): a record whose anchors
+	// all weigh nothing needs no nearest anchors, vectors or evaluation.
+	// The dense kernel's verdict also needs its vectors, which are stored
+	// with the record.
+	d := n.dense
+	hashed := d == nil || len(texts) == 0 || !d.healthy.Load()
+	negligible := hashed && n.adm.recent > 0 && n.adm.negligible(now, texts, kts)
 	// The signature finds the record's near-copies and, once it is
 	// stored, the records that copy it: made whatever the verdict. When
-	// the hashed kernel judges the record, its counts are made in the same
-	// pass over the texts (hashFields), else alone (nearSignature).
+	// the hashed kernel evaluates the record, its counts are made in the
+	// same pass over the texts (hashFields), else it is made alone.
 	var sig nearSig
 	var signed bool
 	var hin hashedRecord
-	sign := func() {
-		var words [128]uint64 // more than most fields' words
-		sig, signed, _ = nearSignature(n.adm.hashed, &all, words[:0])
-	}
-	var kts []store.KeyTime
-	var err error
-	if d := n.dense; d == nil || len(texts) == 0 || !d.healthy.Load() {
-		// The hashed kernel judges (denseVectorsFor): a record whose
-		// anchors all weigh nothing needs no nearest anchors, vectors or
-		// evaluation. The dense kernel's verdict also needs its vectors,
-		// which are stored with the record.
-		kts, err = n.recentAnchors(ctx, rec.Group)
-		if err != nil {
-			return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
-		}
-		if n.adm.recent > 0 && n.adm.negligible(now, texts, kts) {
-			sign()
-			if signed {
-				n.adm.near.judgedSig(rec.Key, &sig)
-			}
-			out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
-			annexes, err := verdictAnnex(out)
-			if err != nil {
-				return verdictRecord{}, nil, err
-			}
-			return out, annexes, nil
-		}
+	if hashed && !negligible {
 		var ns nearSigner
 		ns.init()
 		hin = hashFields(n.adm.hashed, &all, w.sc, &ns)
 		sig, signed = ns.finish()
 	} else {
-		sign()
-		kts, err = n.recentAnchors(ctx, rec.Group)
-		if err != nil {
-			return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
-		}
+		var words [128]uint64 // more than most fields' words
+		sig, signed, _ = nearSignature(n.adm.hashed, &all, words[:0])
 	}
 	var near *nearSig
 	if signed {
 		n.adm.near.judgedSig(rec.Key, &sig)
 		near = &sig
+	}
+	if negligible {
+		out := verdictRecord{Decision: svaf.Aligned, Kernel: n.adm.hashedID, At: now.UnixMilli()}
+		annexes, err := verdictAnnex(out)
+		if err != nil {
+			return verdictRecord{}, nil, err
+		}
+		return out, annexes, nil
 	}
 	if kts, err = n.nearAnchors(ctx, rec.Group, near, kts); err != nil {
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
