@@ -489,8 +489,14 @@ func ptrTo(seg uint32, off int64, val []byte) segPtr {
 	return segPtr{seg: seg, off: off, n: uint32(len(val)), crc: crc32.Checksum(val, walCRC)}
 }
 
-func (p segPtr) encode() []byte {
-	b := make([]byte, 0, 24)
+// maxPtrLen bounds an encoded segPtr: the tag, three uvarints (of at most
+// 32, 64 and 32 bits) and the CRC.
+const maxPtrLen = 1 + binary.MaxVarintLen32 + binary.MaxVarintLen64 + binary.MaxVarintLen32 + 4
+
+func (p segPtr) encode() []byte { return p.appendTo(make([]byte, 0, maxPtrLen)) }
+
+// appendTo appends p's encoding to b.
+func (p segPtr) appendTo(b []byte) []byte {
 	b = append(b, recPtrTag)
 	b = binary.AppendUvarint(b, uint64(p.seg))
 	b = binary.AppendUvarint(b, uint64(p.off))

@@ -232,6 +232,9 @@ type Store struct {
 	ix      indexState
 	closing chan struct{}
 	wdone   chan struct{}
+	// batchPool holds batches the index is done with (newBatch); donePool
+	// the signalled channels of single-job submits (submitJobs).
+	batchPool, donePool sync.Pool
 	// writeMu is held by the leader around each apply to badger, so Check
 	// can observe records and the in-memory index at one instant.
 	writeMu sync.Mutex

@@ -47,8 +47,24 @@ type job struct {
 	ctx   context.Context
 	size  int
 	apply func(t *wtx) (after func(), err error)
-	done  chan error
+	// put, when set, is applied instead of apply: a PutMany item, whose job
+	// and state are one allocation.
+	put *putItem
+	// err is the job's outcome, set before done is signalled.
+	err error
+	// done is signalled once the job is committed or failed; submit gives
+	// the jobs of one call one channel with room for all of them.
+	done chan struct{}
 }
+
+// indexWork is what a job leaves to the index, run once its batch is in
+// badger (Store.index).
+type indexWork interface{ run() }
+
+// afterFunc is an after function returned by a job's apply.
+type afterFunc func()
+
+func (f afterFunc) run() { f() }
 
 // maxBatchBytes keeps a batch well inside badger's per-transaction limit
 // (15% of the memtable size) and one log frame small.
@@ -58,10 +74,13 @@ type batch struct {
 	seq    uint64
 	jobs   []*job
 	errs   []error
-	afters []func()
+	afters []indexWork
 	ops    []walOp
-	size   int
-	count  int64 // change to the number of records
+	// ptrs holds the encoded log pointers of the batch's record sets; the
+	// ops' ptr are slices of it.
+	ptrs  []byte
+	size  int
+	count int64 // change to the number of records
 	// write: the frame is durable and badger is to take the batch.
 	write bool
 	// applied: badger took the batch, so the index must too.
@@ -104,6 +123,8 @@ type writerState struct {
 	rtxn    *badger.Txn // read view of badger; renewed after each applied batch
 	seq     uint64
 	undo    []undo
+	// tx is the wtx of the job being applied: no job keeps it past apply.
+	tx wtx
 }
 
 // wtx is what a job sees while it is applied.
@@ -188,10 +209,10 @@ func (w *writerState) view() *badger.Txn {
 func (w *writerState) add(cur *batch, j *job) *batch {
 	if cur == nil {
 		w.seq++
-		cur = &batch{seq: w.seq}
+		cur = w.s.newBatch(w.seq)
 	}
 	cur.jobs = append(cur.jobs, j)
-	var after func()
+	var after indexWork
 	err := j.ctx.Err() // nobody waits for it any more: not writing it is the honest outcome
 	if err == nil {
 		err = w.s.broken()
@@ -205,8 +226,16 @@ func (w *writerState) add(cur *batch, j *job) *batch {
 	if err == nil {
 		mark := len(cur.ops)
 		w.undo = w.undo[:0]
-		t := &wtx{w: w, b: cur}
-		after, err = j.apply(t)
+		w.tx = wtx{w: w, b: cur}
+		t := &w.tx
+		if j.put != nil {
+			after, err = j.put.apply(t)
+		} else {
+			var f func()
+			if f, err = j.apply(t); f != nil {
+				after = afterFunc(f)
+			}
+		}
 		if err == nil {
 			cur.count += t.delta
 		} else {
@@ -410,8 +439,9 @@ func (s *Store) lead(bg bool) {
 		clear(c.group)
 		due := false
 		if b != nil {
-			s.commit(b, bg)
-			due = b.write && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint()
+			// b is the index's once commit returns (it may be recycled).
+			wrote := s.commit(b, bg)
+			due = wrote && s.log.since >= s.opts.hooks.checkpointBytes() && s.roomForCheckpoint()
 		}
 		c.mu.Lock()
 		more := len(c.queue) > 0
@@ -451,13 +481,26 @@ func (c *commitState) take(group []*job, max int) []*job {
 }
 
 // commit makes b durable as one log frame, acknowledges its jobs, applies
-// it to badger and queues it for the index. The jobs' callers are told
-// before the apply: they read through waitApplied, which waits for it.
-func (s *Store) commit(b *batch, bg bool) {
+// it to badger and queues it for the index, and reports whether the frame
+// was written. The jobs' callers are told before the apply: they read
+// through waitApplied, which waits for it. Once queued, b is the index's:
+// the caller must not read it after commit returns.
+func (s *Store) commit(b *batch, bg bool) bool {
 	c := &s.cm
 	var err error
 	if len(b.ops) > 0 {
-		// Records stay where this frame puts them; badger gets pointers.
+		// Records stay where this frame puts them; badger gets pointers,
+		// encoded into one buffer sized first so that none moves.
+		sets := 0
+		for i := range b.ops {
+			if b.ops[i].isRecordSet() {
+				sets++
+			}
+		}
+		if need := sets * maxPtrLen; cap(b.ptrs) < need {
+			b.ptrs = make([]byte, 0, need)
+		}
+		ptrs := b.ptrs[:0]
 		payload := c.payload[:0]
 		seg, at := s.log.seg, s.log.payloadOff()
 		for i := range b.ops {
@@ -468,8 +511,11 @@ func (s *Store) commit(b *batch, bg bool) {
 			}
 			var pos int
 			payload, pos = appendSet(payload, *op)
-			op.ptr = ptrTo(seg, at+int64(pos), op.val).encode()
+			n := len(ptrs)
+			ptrs = ptrTo(seg, at+int64(pos), op.val).appendTo(ptrs)
+			op.ptr = ptrs[n:len(ptrs):len(ptrs)]
 		}
+		b.ptrs = ptrs
 		c.payload = payload
 		err = s.broken()
 		if err == nil {
@@ -510,12 +556,14 @@ func (s *Store) commit(b *batch, bg bool) {
 		}
 	}
 	b.write = err == nil && len(b.ops) > 0
+	wrote := b.write
 	// Durable: acknowledge now.
 	s.ackedSeq.Store(b.seq)
 	s.batches.Add(1)
 	s.batched.Add(int64(len(b.jobs)))
 	for i, j := range b.jobs {
-		j.done <- b.errs[i]
+		j.err = b.errs[i]
+		j.done <- struct{}{}
 	}
 	if err := s.applyLocked(b); err != nil {
 		// The batch is durable in the log, which restores it at Open.
@@ -526,6 +574,7 @@ func (s *Store) commit(b *batch, bg bool) {
 	}
 	c.w.applied(b)
 	s.queueIndex(b, bg)
+	return wrote
 }
 
 // checkpointNow runs a due checkpoint on the leader.
@@ -652,7 +701,7 @@ func (s *Store) index(b *batch, yield bool) {
 	if b.applied {
 		for _, a := range b.afters {
 			if a != nil {
-				a()
+				a.run()
 				if yield {
 					// Index work can wait; writers woken by this
 					// batch's acknowledgement cannot. Yielding after
@@ -664,6 +713,43 @@ func (s *Store) index(b *batch, yield bool) {
 		}
 	}
 	s.indexed.advance(b.seq)
+	s.freeBatch(b)
+}
+
+// maxRecycledOps bounds the batches kept for reuse: a big catch-up batch's
+// slices are left to the collector.
+const maxRecycledOps = 256
+
+// newBatch returns an empty batch numbered seq, reusing one the index is
+// done with if there is one.
+func (s *Store) newBatch(seq uint64) *batch {
+	b, _ := s.batchPool.Get().(*batch)
+	if b == nil {
+		b = &batch{}
+	}
+	b.seq = seq
+	return b
+}
+
+// freeBatch empties b, which the index is done with, for newBatch: nothing
+// holds a batch once it is indexed (the leader, badger's apply and the
+// index queue are done with it), and the jobs, records and pointers it
+// referred to are released.
+func (s *Store) freeBatch(b *batch) {
+	if cap(b.ops) > maxRecycledOps || cap(b.jobs) > maxRecycledOps {
+		return
+	}
+	clear(b.jobs)
+	clear(b.errs)
+	clear(b.afters)
+	clear(b.ops)
+	clear(b.newKeys)
+	clear(b.goneKeys)
+	*b = batch{
+		jobs: b.jobs[:0], errs: b.errs[:0], afters: b.afters[:0], ops: b.ops[:0],
+		ptrs: b.ptrs[:0], newKeys: b.newKeys[:0], goneKeys: b.goneKeys[:0],
+	}
+	s.batchPool.Put(b)
 }
 
 // applyLocked writes a batch that is durable in the log into badger (if
@@ -909,23 +995,49 @@ func (s *Store) breakWith(err error) {
 
 // submitOne submits one job and returns its error, or the submission's.
 func (s *Store) submitOne(ctx context.Context, j *job) error {
-	errs, err := s.submit(ctx, []*job{j})
-	if err != nil {
+	var one [1]*job
+	one[0] = j
+	if err := s.submitJobs(ctx, one[:]); err != nil {
 		return err
 	}
-	return errs[0]
+	return j.err
 }
 
 // submit queues jobs and waits until each has been committed or failed,
 // returning each job's outcome. A call-level error (closed, cancelled) means
-// some outcomes are unknown: those jobs may still commit later. A caller
-// that finds nobody leading commits the queue itself (lead).
+// some outcomes are unknown: those jobs may still commit later.
 func (s *Store) submit(ctx context.Context, jobs []*job) ([]error, error) {
+	if err := s.submitJobs(ctx, jobs); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		errs[i] = j.err
+	}
+	return errs, nil
+}
+
+// submitJobs is submit leaving each outcome in its job's err. A caller
+// that finds nobody leading commits the queue itself (lead).
+func (s *Store) submitJobs(ctx context.Context, jobs []*job) error {
+	// One channel for the call, with room for every job's signal, so the
+	// leader never blocks on it; a single job's is reused once it has
+	// been signalled, which happens exactly once.
+	var done chan struct{}
+	if len(jobs) == 1 {
+		done, _ = s.donePool.Get().(chan struct{})
+	}
+	if done == nil {
+		done = make(chan struct{}, len(jobs))
+	}
+	for _, j := range jobs {
+		j.done = done
+	}
 	c := &s.cm
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.queue = append(c.queue, jobs...)
 	lead := !c.leading
@@ -934,19 +1046,21 @@ func (s *Store) submit(ctx context.Context, jobs []*job) ([]error, error) {
 	if lead {
 		s.lead(false)
 	}
-	errs := make([]error, len(jobs))
-	for i, j := range jobs {
+	for range jobs {
 		select {
-		case errs[i] = <-j.done:
+		case <-done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return errs, nil
+	if len(jobs) == 1 {
+		s.donePool.Put(done)
+	}
+	return nil
 }
 
 func newJob(ctx context.Context, size int, apply func(t *wtx) (func(), error)) *job {
-	return &job{ctx: ctx, size: size, apply: apply, done: make(chan error, 1)}
+	return &job{ctx: ctx, size: size, apply: apply}
 }
 
 // Item is one record for PutMany.
@@ -987,8 +1101,14 @@ func (s *Store) Put(ctx context.Context, e Entry, m Meta) (Record, bool, error) 
 // results.
 func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) {
 	res := make([]PutResult, len(items))
-	jobs := make([]*job, 0, len(items))
-	idx := make([]int, 0, len(items))
+	// Every item's job and state are one allocation; a single item's job
+	// list stays on the stack.
+	puts := make([]putItem, len(items))
+	var one [1]*job
+	jobs := one[:0]
+	if len(items) > 1 {
+		jobs = make([]*job, 0, len(items))
+	}
 	for i := range items {
 		e, m, annexes := items[i].Entry, items[i].Meta, items[i].Annexes
 		if err := e.Validate(); err != nil {
@@ -1003,83 +1123,107 @@ func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) 
 			m.StoredAt = s.opts.Now()
 		}
 		m.Source = cmp.Or(m.Source, "local")
-		rec := Record{Entry: e, Meta: m}
-		at := s.orderAt(&rec)
+		p := &puts[i]
+		p.s, p.r, p.annexes = s, &res[i], annexes
+		p.rec = Record{Entry: e, Meta: m}
+		p.at = s.orderAt(&p.rec)
 		// Encoding happens here, on the caller's goroutine, so the single
 		// writer only copies bytes into the transaction; tokenising happens
 		// on the indexer.
-		val := encodeRecord(&rec)
-		ikeys := indexKeys(&rec.Entry)
-		r := &res[i]
-		size := len(val) + len(e.Key)
-		for _, k := range ikeys {
+		p.val = encodeRecord(&p.rec)
+		p.ikeys = indexKeys(&p.rec.Entry)
+		size := len(p.val) + len(e.Key)
+		for _, k := range p.ikeys {
 			size += len(k) + 16
 		}
-		jobs = append(jobs, newJob(ctx, size, func(t *wtx) (func(), error) {
-			rk := recKey(rec.Key)
-			// A key the writer does not know is new without a lookup.
-			var v []byte
-			found, err := false, error(nil)
-			_, known := t.w.known[rec.Key]
-			if known {
-				v, found, err = t.get(rk)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
-			}
-			if found {
-				r.Record, err = decodeRecord(rec.Key, v, true)
-				if err != nil {
-					return nil, fmt.Errorf("%w: decoding stored %s: %v", ErrCorrupted, rec.Key, err)
-				}
-				r.Duplicate, r.Forgotten = true, r.Record.Meta.Forgotten
-				return nil, nil
-			}
-			if known {
-				// A forgotten key stays known: its tombstone makes the
-				// put a duplicate that stores nothing (forget.go).
-				_, tomb, err := t.get(tombKey(rec.Key))
-				if err != nil {
-					return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
-				}
-				if tomb {
-					r.Duplicate, r.Forgotten = true, true
-					return nil, nil
-				}
-			}
-			t.set(rk, val)
-			for _, k := range ikeys {
-				t.set(k, nil)
-			}
-			t.w.know(rec.Key)
-			setAnnexes(t, rec.Key, annexes)
-			t.b.newKeys = append(t.b.newKeys, rec.Key)
-			r.Record = rec
-			t.count(1)
-			if rec.Meta.Quarantined {
-				// Kept, never surfaced: no order or text index holds it.
-				s.trust.mu.Lock()
-				s.trust.quarantined[rec.Key] = struct{}{}
-				s.trust.mu.Unlock()
-				return nil, nil
-			}
-			return func() {
-				s.order.add(rec.Key, at, rec.Group, rec.CreatedBy)
-				s.idx.addTexts(rec.Key, at, rec.Group, rec.Texts)
-				s.lines.add(rec.Key, at, rec.Parents)
-			}, nil
-		}))
-		idx = append(idx, i)
+		p.job = job{ctx: ctx, size: size, put: p}
+		jobs = append(jobs, &p.job)
 	}
-	errs, err := s.submit(ctx, jobs)
-	if err != nil {
+	if err := s.submitJobs(ctx, jobs); err != nil {
 		// Results may still be written by the writer; never hand them out.
 		return nil, err
 	}
-	for n, jerr := range errs {
-		if jerr != nil {
-			res[idx[n]] = PutResult{Err: jerr}
+	for _, j := range jobs {
+		if j.err != nil {
+			*j.put.r = PutResult{Err: j.err}
 		}
 	}
 	return res, nil
+}
+
+// putItem is one PutMany item as its job applies it and the index then
+// takes it (run).
+type putItem struct {
+	job
+	s       *Store
+	r       *PutResult
+	rec     Record
+	at      int64
+	val     []byte
+	ikeys   [][]byte
+	annexes []ItemAnnex
+}
+
+// apply is the item's job: it stores the record unless the key is held or
+// forgotten, and returns the item as the index's work if the record is to
+// be surfaced.
+func (p *putItem) apply(t *wtx) (indexWork, error) {
+	rec, r := &p.rec, p.r
+	rk := recKey(rec.Key)
+	// A key the writer does not know is new without a lookup.
+	var v []byte
+	found, err := false, error(nil)
+	_, known := t.w.known[rec.Key]
+	if known {
+		v, found, err = t.get(rk)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
+	}
+	if found {
+		r.Record, err = decodeRecord(rec.Key, v, true)
+		if err != nil {
+			return nil, fmt.Errorf("%w: decoding stored %s: %v", ErrCorrupted, rec.Key, err)
+		}
+		r.Duplicate, r.Forgotten = true, r.Record.Meta.Forgotten
+		return nil, nil
+	}
+	if known {
+		// A forgotten key stays known: its tombstone makes the
+		// put a duplicate that stores nothing (forget.go).
+		_, tomb, err := t.get(tombKey(rec.Key))
+		if err != nil {
+			return nil, fmt.Errorf("looking up %s: %w", rec.Key, err)
+		}
+		if tomb {
+			r.Duplicate, r.Forgotten = true, true
+			return nil, nil
+		}
+	}
+	t.set(rk, p.val)
+	for _, k := range p.ikeys {
+		t.set(k, nil)
+	}
+	t.w.know(rec.Key)
+	setAnnexes(t, rec.Key, p.annexes)
+	t.b.newKeys = append(t.b.newKeys, rec.Key)
+	r.Record = *rec
+	t.count(1)
+	if rec.Meta.Quarantined {
+		// Kept, never surfaced: no order or text index holds it.
+		s := p.s
+		s.trust.mu.Lock()
+		s.trust.quarantined[rec.Key] = struct{}{}
+		s.trust.mu.Unlock()
+		return nil, nil
+	}
+	return p, nil
+}
+
+// run adds a stored record to the order, text and lineage indexes.
+func (p *putItem) run() {
+	s, rec := p.s, &p.rec
+	s.order.add(rec.Key, p.at, rec.Group, rec.CreatedBy)
+	s.idx.addTexts(rec.Key, p.at, rec.Group, rec.Texts)
+	s.lines.add(rec.Key, p.at, rec.Parents)
 }
