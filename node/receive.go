@@ -254,7 +254,8 @@ func (n *Node) authorKeys(ctx context.Context, author string, src Source) (autho
 		// frame vouches for their key.
 		return authorKey{pub: framePub, x: frameX}, nil
 	}
-	p, err := n.st.GetPeer(ctx, strings.ToLower(author))
+	// Read only: the keys are kept in Checked and compared, never changed.
+	p, err := n.st.GetPeerShared(ctx, strings.ToLower(author))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return authorKey{pub: framePub, x: frameX, needsPin: framePub != nil}, nil

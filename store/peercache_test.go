@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,15 +14,20 @@ import (
 // TestPeerCacheSeesWrites: GetPeer answers from what it read before, but
 // every roster write is seen once its call returns (a new pin, a
 // replacement, a trust, a deletion), and changing a Peer GetPeer returned
-// changes nothing held.
+// changes nothing held. GetPeerShared, asked each time first, answers the
+// same.
 func TestPeerCacheSeesWrites(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir())
 	get := func() Peer {
 		t.Helper()
+		shared, serr := s.GetPeerShared(ctx, "n1")
 		p, err := s.GetPeer(ctx, "n1")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if serr != nil || !reflect.DeepEqual(shared, p) {
+			t.Fatalf("GetPeerShared: %+v, %v; GetPeer: %+v", shared, serr, p)
 		}
 		return p
 	}
@@ -55,6 +61,9 @@ func TestPeerCacheSeesWrites(t *testing.T) {
 	}
 	if _, err := s.GetPeer(ctx, "n1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the deletion: %v", err)
+	}
+	if _, err := s.GetPeerShared(ctx, "n1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("shared, after the deletion: %v", err)
 	}
 }
 

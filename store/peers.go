@@ -267,14 +267,15 @@ const peerCacheMax = 4096
 
 // get returns id's entry if the cache may be used with badger at applied,
 // and the generation a read that fills it must find again.
-func (c *peerCache) get(id string, applied uint64) (p Peer, gen uint64, usable, ok bool) {
+// A shared entry is the cache's own: its slices must not be changed.
+func (c *peerCache) get(id string, applied uint64, shared bool) (p Peer, gen uint64, usable, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if applied < c.last {
 		return Peer{}, c.gen, false, false
 	}
 	p, ok = c.m[id]
-	if ok {
+	if ok && !shared {
 		p = p.clone()
 	}
 	return p, c.gen, true, ok
@@ -319,12 +320,24 @@ func (p Peer) clone() Peer {
 
 // GetPeer returns the roster entry for nodeID, or ErrNotFound.
 func (s *Store) GetPeer(ctx context.Context, nodeID string) (Peer, error) {
+	return s.getPeer(ctx, nodeID, false)
+}
+
+// GetPeerShared is GetPeer for a caller that only reads the entry: its
+// slices (keys, claimants) may be the store's cached copies, shared with
+// every other such caller, so they must never be changed. The receive
+// path looks up every record's author; this spares it two copies a record.
+func (s *Store) GetPeerShared(ctx context.Context, nodeID string) (Peer, error) {
+	return s.getPeer(ctx, nodeID, true)
+}
+
+func (s *Store) getPeer(ctx context.Context, nodeID string, shared bool) (Peer, error) {
 	if err := s.readable(ctx); err != nil {
 		return Peer{}, err
 	}
 	// applied is read after readable waited for it: at least what was
 	// acknowledged before the call.
-	cached, gen, usable, ok := s.peers.get(nodeID, s.appliedSeq.Load())
+	cached, gen, usable, ok := s.peers.get(nodeID, s.appliedSeq.Load(), shared)
 	if ok {
 		return cached, nil
 	}
