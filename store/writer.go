@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -183,7 +184,10 @@ func (t *wtx) set(key, val []byte) { t.put(walOp{key: key, val: val}) }
 func (t *wtx) del(key []byte)      { t.put(walOp{key: key, del: true}) }
 
 func (t *wtx) put(op walOp) {
-	k := string(op.key)
+	// The overlay's key shares op.key's bytes: set and del own the key,
+	// which nothing changes once it is handed over (the log and badger
+	// only read it), so the string is as immutable as a copy would be.
+	k := unsafe.String(unsafe.SliceData(op.key), len(op.key))
 	prev, had := t.w.ov[k]
 	t.w.undo = append(t.w.undo, undo{key: k, prev: prev, had: had})
 	t.w.ov[k] = ovEntry{seq: t.b.seq, val: op.val, del: op.del}
@@ -844,16 +848,21 @@ func (s *Store) waitTextsLoaded(ctx context.Context) error {
 func applyOps(db *badger.DB, ops []walOp) error {
 	txn := db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	for _, op := range ops {
+	// The sets' entries, in one allocation: a transaction keeps each
+	// entry until it is committed, so each is set once and never reused.
+	entries := make([]badger.Entry, len(ops))
+	for i, op := range ops {
 		var err error
 		for try := 0; try < 2; try++ {
 			switch {
 			case op.del:
 				err = txn.Delete(op.key)
 			case op.ptr != nil:
-				err = txn.Set(op.key, op.ptr)
+				entries[i] = badger.Entry{Key: op.key, Value: op.ptr}
+				err = txn.SetEntry(&entries[i])
 			default:
-				err = txn.Set(op.key, op.val)
+				entries[i] = badger.Entry{Key: op.key, Value: op.val}
+				err = txn.SetEntry(&entries[i])
 			}
 			if !errors.Is(err, badger.ErrTxnTooBig) {
 				break
@@ -1100,13 +1109,20 @@ func (s *Store) Put(ctx context.Context, e Entry, m Meta) (Record, bool, error) 
 // some items may or may not have been stored; per-item failures are in the
 // results.
 func (s *Store) PutMany(ctx context.Context, items []Item) ([]PutResult, error) {
-	res := make([]PutResult, len(items))
-	// Every item's job and state are one allocation; a single item's job
-	// list stays on the stack.
-	puts := make([]putItem, len(items))
+	// Every item's job and state are one allocation, a single item's with
+	// its result; its job list stays on the stack.
+	var res []PutResult
+	var puts []putItem
 	var one [1]*job
 	jobs := one[:0]
-	if len(items) > 1 {
+	if len(items) == 1 {
+		single := new(struct {
+			res [1]PutResult
+			put [1]putItem
+		})
+		res, puts = single.res[:], single.put[:]
+	} else {
+		res, puts = make([]PutResult, len(items)), make([]putItem, len(items))
 		jobs = make([]*job, 0, len(items))
 	}
 	for i := range items {
