@@ -133,6 +133,10 @@ const (
 // offset<<1|1, uvarint length. Any other text is uvarint length<<1 and
 // its bytes.
 func encodeRecord(r *Record) []byte {
+	// Where each text is in raw (-1: not there) is found first, so the
+	// value is allocated at its size: a referenced text costs a few bytes,
+	// not its length.
+	var refs [NumFields]int
 	n := 32 + len(r.Meta.Source) + len(r.CreatedBy) + len(r.Group) + len(r.To) + len(r.Raw)
 	for _, p := range r.Parents {
 		n += len(p) + 2
@@ -140,8 +144,29 @@ func encodeRecord(r *Record) []byte {
 	for _, a := range r.Ancestors {
 		n += len(a) + 2
 	}
-	for _, t := range r.Texts {
-		n += len(t) + 3
+	// A text is looked for after the one before it first: a record's
+	// fields are encoded in field order, so the search scans a few bytes
+	// where one from the start would scan the texts before it again. Any
+	// place the bytes are found at is a right reference.
+	from := 0
+	for i, t := range r.Texts {
+		refs[i] = -1
+		if len(t) > minTextRef {
+			tb := unsafe.Slice(unsafe.StringData(t), len(t)) // only read
+			off := bytes.Index(r.Raw[from:], tb)
+			if off >= 0 {
+				off += from
+			} else {
+				off = bytes.Index(r.Raw, tb)
+			}
+			if off >= 0 {
+				from = off + len(t)
+				refs[i] = off
+				n += 2 * binary.MaxVarintLen64
+				continue
+			}
+		}
+		n += len(t) + binary.MaxVarintLen64
 	}
 	b := make([]byte, 0, n)
 	b = append(b, recFormat, metaFlags(r.Meta))
@@ -153,26 +178,11 @@ func encodeRecord(r *Record) []byte {
 	b = appendStr(b, r.To)
 	b = appendList(b, r.Parents)
 	b = appendList(b, r.Ancestors)
-	// A text is looked for after the one before it first: a record's
-	// fields are encoded in field order, so the search scans a few bytes
-	// where one from the start would scan the texts before it again. Any
-	// place the bytes are found at is a right reference.
-	from := 0
-	for _, t := range r.Texts {
-		if len(t) > minTextRef {
-			tb := unsafe.Slice(unsafe.StringData(t), len(t)) // only read
-			off := bytes.Index(r.Raw[from:], tb)
-			if off >= 0 {
-				off += from
-			} else {
-				off = bytes.Index(r.Raw, tb)
-			}
-			if off >= 0 {
-				from = off + len(t)
-				b = binary.AppendUvarint(b, uint64(off)<<1|1)
-				b = binary.AppendUvarint(b, uint64(len(t)))
-				continue
-			}
+	for i, t := range r.Texts {
+		if off := refs[i]; off >= 0 {
+			b = binary.AppendUvarint(b, uint64(off)<<1|1)
+			b = binary.AppendUvarint(b, uint64(len(t)))
+			continue
 		}
 		b = binary.AppendUvarint(b, uint64(len(t))<<1)
 		b = append(b, t...)
