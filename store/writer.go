@@ -21,8 +21,9 @@ import (
 // A job is one unit of mutation run by the leader of the group commit.
 //
 // Writes are committed in groups, each one durable log frame. A caller
-// that submits jobs while nobody leads takes the lead: it applies the
-// queued jobs to a batch (a job reads through a wtx, which sees badger
+// that submits jobs while nobody leads takes the lead: it yields once, so
+// that goroutines ready to submit join it, then applies the queued jobs
+// to a batch (a job reads through a wtx, which sees badger
 // plus the writes of the batch so far, and records its writes), writes
 // the batch to the log as one frame, syncs it, acknowledges its jobs, then
 // applies it to badger and indexes it, all on its own goroutine: an
