@@ -118,7 +118,7 @@ type writerState struct {
 	// wait while the index runs, and Has answers "no" from it without a
 	// read of badger. So it never lacks a stored key: a key leaves it only
 	// with the record, and comes back if that batch is refused. The leader
-	// reads it without a lock and changes it under knownMu (know, unknow);
+	// reads it without a lock and changes it under knownMu (know, learn, unknow);
 	// other goroutines read it under knownMu (knows).
 	known   map[string]struct{}
 	knownMu sync.RWMutex
@@ -292,6 +292,18 @@ func (w *writerState) know(key string) {
 	w.knownMu.Lock()
 	w.known[key] = struct{}{}
 	w.knownMu.Unlock()
+}
+
+// learn adds key to known and reports whether it was there already, in
+// one map assignment where a lookup and an insert would hash and probe the
+// key twice; the leader calls it.
+func (w *writerState) learn(key string) (had bool) {
+	w.knownMu.Lock()
+	n := len(w.known)
+	w.known[key] = struct{}{}
+	had = len(w.known) == n
+	w.knownMu.Unlock()
+	return had
 }
 
 // unknow drops key, whose record b deletes, from known; the leader calls it.
@@ -1199,7 +1211,9 @@ func (p *putItem) apply(t *wtx) (indexWork, error) {
 	// A key the writer does not know is new without a lookup.
 	var v []byte
 	found, err := false, error(nil)
-	_, known := t.w.known[rec.Key]
+	// Learnt now: nothing below fails once the key was not known, and a
+	// known key stays known whatever the put finds.
+	known := t.w.learn(rec.Key)
 	if known {
 		v, found, err = t.get(rk)
 	}
@@ -1230,7 +1244,6 @@ func (p *putItem) apply(t *wtx) (indexWork, error) {
 	for _, k := range p.ikeys {
 		t.set(k, nil)
 	}
-	t.w.know(rec.Key)
 	setAnnexes(t, rec.Key, p.annexes)
 	t.b.newKeys = append(t.b.newKeys, rec.Key)
 	r.Record = *rec
