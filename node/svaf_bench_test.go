@@ -106,7 +106,7 @@ func BenchmarkNearAdd(b *testing.B) {
 		keys[i] = fmt.Sprintf("cmb1-%060d", i)
 	}
 	fill := func() *nearIndex {
-		x := &nearIndex{groups: map[string]*nearGroup{"alpha": {pos: map[string]int32{}, heads: map[uint64]int32{}}}}
+		x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
 		for i, k := range keys {
 			s := sigs[i%len(sigs)] // made distinct in every band
 			for j := 1; j < nearBins; j += nearRows {
@@ -130,4 +130,52 @@ func BenchmarkNearAdd(b *testing.B) {
 	}
 	b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/float64(len(keys)), "B/record")
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N*len(keys)), "cpu-µs/record")
+}
+
+// BenchmarkNearLookup is the near-copy lookup of a new standard record in
+// a group's table of 100,000 (a daemon's at the delivery benchmark's rate
+// after half a minute), whose bands it mostly does not share: it reports
+// the CPU per lookup.
+func BenchmarkNearLookup(b *testing.B) {
+	recs := standardTexts(256)
+	h := embed.DefaultHashed()
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
+	g := x.groups["alpha"]
+	const stored = 100_000
+	for i := range stored {
+		s := sigs[i%len(sigs)] // made distinct in every band
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(i)
+		}
+		g.addLocked(fmt.Sprintf("cmb1-%060d", i), int64(i), &s)
+	}
+	// New records: each a standard one made distinct from all stored, but
+	// one in eight a near-copy (a bin changed) of a stored one.
+	probes := make([]nearSig, 4096)
+	for i := range probes {
+		k := stored + i
+		if i%8 == 0 {
+			k = i * 7 % stored
+		}
+		s := sigs[k%len(sigs)]
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(k)
+		}
+		if i%8 == 0 {
+			s[0]++
+		}
+		probes[i] = s
+	}
+	runtime.GC() // the table made, not the lookups, is the heap to mark
+	var out []nearCandidate
+	b.ReportAllocs()
+	cpu0, n := cpuTime(), 0
+	for ; b.Loop(); n++ {
+		out = x.lookup(g, &probes[n%len(probes)], out)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/lookup")
 }
