@@ -225,16 +225,8 @@ func (n *Node) recentAnchors(ctx context.Context, group string) ([]store.KeyTime
 		return nil, nil
 	}
 	out := make([]store.KeyTime, 0, n.adm.recent+n.adm.nearest)
-	err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
-		if n.isAnchor(kt.Key) {
-			out = append(out, kt)
-		}
-		if len(out) >= n.adm.recent {
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
+	out, err := n.st.Newest(ctx, group, n.adm.recent, func(kt store.KeyTime) bool { return n.isAnchor(kt.Key) }, out)
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
