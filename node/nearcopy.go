@@ -364,21 +364,26 @@ func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb
 // stored in it (read through st): every later store adds to it itself.
 func (x *nearIndex) group(ctx context.Context, h embed.Hashed, st *store.Store, group string) (*nearGroup, error) {
 	for {
-		x.mu.Lock()
-		if x.groups == nil {
-			x.groups = map[string]*nearGroup{}
-		}
+		x.mu.RLock()
 		g, found := x.groups[group]
+		x.mu.RUnlock()
 		if !found {
-			// Made and visible before the store is read: a record stored from
-			// now on is added by keepEntry, one stored before is read below.
-			g = newNearGroup()
-			g.ready = make(chan struct{})
-			x.groups[group] = g
-		}
-		x.mu.Unlock()
-		if !found {
-			return x.fillGroup(ctx, h, st, g, group)
+			x.mu.Lock()
+			if x.groups == nil {
+				x.groups = map[string]*nearGroup{}
+			}
+			if g, found = x.groups[group]; !found {
+				// Made and visible before the store is read: a record stored
+				// from now on is added by keepEntry, one stored before is read
+				// below.
+				g = newNearGroup()
+				g.ready = make(chan struct{})
+				x.groups[group] = g
+			}
+			x.mu.Unlock()
+			if !found {
+				return x.fillGroup(ctx, h, st, g, group)
+			}
 		}
 		select {
 		case <-g.ready:
