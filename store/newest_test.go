@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mrand "math/rand"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
@@ -159,5 +160,70 @@ func BenchmarkNewestWhileWriting(b *testing.B) {
 				n++
 			}
 		})
+	}
+}
+
+// TestNewestWhileIndexing: with records indexed into the group as it
+// reads, Newest returns n records kept, newest first, and every record
+// indexed before the call that is newer than its last is among them,
+// whether one batch holds them (n = 5) or not (n = 40).
+func TestNewestWhileIndexing(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	const held, written = 2000, 20000
+	for i := range held {
+		s.order.add(testKey(fmt.Sprint(i)), testBase+int64(i%500)*3, "g", "a")
+	}
+	// The writer's records: most land among the newest, some far back.
+	w := make([]KeyTime, written)
+	for i := range w {
+		w[i] = KeyTime{Key: testKey(fmt.Sprint("w", i)), CreatedAt: testBase + 1500 + int64(i)}
+		if i%3 == 0 {
+			w[i].CreatedAt = testBase + int64(i%1500)
+		}
+	}
+	start, done := make(chan struct{}), make(chan struct{})
+	var indexed atomic.Int64 // records the writer has indexed
+	go func() {
+		defer close(done)
+		<-start
+		for i, kt := range w {
+			s.order.add(kt.Key, kt.CreatedAt, "g", "a")
+			indexed.Store(int64(i + 1))
+		}
+	}()
+	keep := func(kt KeyTime) bool { return kt.Key[6]%4 != 0 } // three in four
+	for calls := 0; ; calls++ {
+		if calls == 1 {
+			close(start)
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		n := []int{5, 40}[calls%2]
+		before := indexed.Load()
+		got, err := s.Newest(ctx, "g", n, keep, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != n {
+			t.Fatalf("%d records, want %d", len(got), n)
+		}
+		for i, kt := range got {
+			if !keep(kt) {
+				t.Fatalf("%v is not kept", kt)
+			}
+			if i > 0 && !lessKeyTime(kt, got[i-1]) {
+				t.Fatalf("%v after %v: not newest first", kt, got[i-1])
+			}
+		}
+		last := got[len(got)-1]
+		for _, kt := range w[:before] {
+			if keep(kt) && lessKeyTime(last, kt) && !slices.Contains(got, kt) {
+				t.Fatalf("%v, indexed before the call and newer than the last returned, is missing", kt)
+			}
+		}
 	}
 }
