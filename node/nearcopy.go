@@ -196,15 +196,15 @@ const nearJudged = 256
 // one chunk's room it does not use; the first chunk grows as a slice does,
 // so a group of few records takes room for about those.
 type nearGroup struct {
-	ready  chan struct{} // closed once the records stored before are in, or failed to be
-	failed bool          // they are not all in; set before ready is closed
-	chunks [][]nearEntry // nearChunk entries each, but the last
-	n      int32         // entries added
-	pos    map[string]int32
+	ready  chan struct{}       // closed once the records stored before are in, or failed to be
+	failed bool                // they are not all in; set before ready is closed
+	chunks [][]nearEntry       // nearChunk entries each, but the last
+	n      int32               // entries added
+	held   map[string]struct{} // the keys of its entries
 	heads  [nearBands]bandHeads
 }
 
-func newNearGroup() *nearGroup { return &nearGroup{pos: map[string]int32{}} }
+func newNearGroup() *nearGroup { return &nearGroup{held: map[string]struct{}{}} }
 
 // bandHeads maps one band's keys to the newest entry of each, plus one, by
 // open addressing with linear probing: a lookup of an absent key, the
@@ -301,7 +301,10 @@ type nearCandidate struct {
 
 // addLocked adds key's signature to g unless it holds key.
 func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
-	if _, ok := g.pos[key]; ok {
+	// One map operation: the key is held already if adding it leaves the
+	// count as it was.
+	held := len(g.held)
+	if g.held[key] = struct{}{}; len(g.held) == held {
 		return
 	}
 	e := g.n
@@ -314,7 +317,6 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	last := &g.chunks[len(g.chunks)-1]
 	*last = append(*last, nearEntry{sig: *sig, at: at, key: key})
 	g.n++
-	g.pos[key] = e
 	en := g.entry(e)
 	for b := range en.next {
 		en.next[b] = g.heads[b].push(g, b, sig.band(b), e+1)
@@ -345,7 +347,7 @@ func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb
 	}
 	held := g == nil
 	if !held {
-		_, held = g.pos[key]
+		_, held = g.held[key]
 	}
 	x.mu.Unlock()
 	if held {
@@ -424,7 +426,7 @@ func (x *nearIndex) fill(ctx context.Context, h embed.Hashed, st *store.Store, g
 	var buf []uint64
 	for _, kt := range kts {
 		x.mu.RLock()
-		_, held := g.pos[kt.Key]
+		_, held := g.held[kt.Key]
 		x.mu.RUnlock()
 		if held {
 			continue

@@ -272,7 +272,8 @@ func (r *refNearGroup) lookup(sig *nearSig) []string {
 // TestBandHeadsAsMap: a group's open-addressed band tables find the very
 // chains a map of the full band keys does, through growth, chains longer
 // than nearChain, records whose bands are all shared, and band keys of
-// equal fingerprints (low 32 bits), told apart by their entries.
+// equal fingerprints (low 32 bits), told apart by their entries; a key
+// held already is not added again.
 func TestBandHeadsAsMap(t *testing.T) {
 	r := mrand.New(mrand.NewSource(7))
 	randSig := func() nearSig {
@@ -335,6 +336,15 @@ func TestBandHeadsAsMap(t *testing.T) {
 		if i%50 == 0 {
 			probes = append(probes, s)
 		}
+	}
+	// A key held already is not added again, whatever its signature.
+	held := g.n
+	for i := 0; i < 6000; i += 97 {
+		s := randSig()
+		g.addLocked(fmt.Sprintf("k%05d", i), int64(i), &s)
+	}
+	if g.n != held {
+		t.Fatalf("%d entries after adding held keys again, want %d", g.n, held)
 	}
 	probes = append(probes, collide[0], collide[1], randSig())
 	for range 20 {
