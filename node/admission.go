@@ -210,13 +210,26 @@ func (n *Node) isAnchor(key string) bool {
 // fieldTexts are a record's evaluable field texts by name: MMP treats an
 // absent or "neutral" field as non-evaluable.
 func fieldTexts(texts [cmb.NumFields]string) map[string]string {
+	ev, _ := evaluableFields(&texts)
 	out := make(map[string]string, cmb.NumFields)
-	for i, name := range cmb.FieldNames {
-		if t, ok := evaluableText(texts[i]); ok {
-			out[name] = t
+	for i, t := range ev {
+		if t != "" {
+			out[cmb.FieldNames[i]] = t
 		}
 	}
 	return out
+}
+
+// evaluableFields are fieldTexts by field index, "" where a field is not
+// evaluable (an evaluable text is never empty), and how many are.
+func evaluableFields(texts *[cmb.NumFields]string) (ev [cmb.NumFields]string, n int) {
+	for i := range texts {
+		if t, ok := evaluableText(texts[i]); ok {
+			ev[i] = t
+			n++
+		}
+	}
+	return ev, n
 }
 
 // recentAnchors are the Recent newest anchors of group, newest first.
@@ -225,16 +238,8 @@ func (n *Node) recentAnchors(ctx context.Context, group string) ([]store.KeyTime
 		return nil, nil
 	}
 	out := make([]store.KeyTime, 0, n.adm.recent+n.adm.nearest)
-	err := n.st.Scan(ctx, store.Window{Group: group, Reverse: true}, func(kt store.KeyTime) error {
-		if n.isAnchor(kt.Key) {
-			out = append(out, kt)
-		}
-		if len(out) >= n.adm.recent {
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
+	out, err := n.st.Newest(ctx, group, n.adm.recent, func(kt store.KeyTime) bool { return n.isAnchor(kt.Key) }, out)
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -271,34 +276,46 @@ func (n *Node) nearAnchors(ctx context.Context, group string, sig *nearSig, out 
 	return out, nil
 }
 
-// negligible reports whether a record with texts, judged at now in the
-// hashed kernel, is admitted to bootstrap (svaf.Config.Negligible)
-// whatever the vectors, given its group's newest anchors, newest first:
-// all of its anchors when there are fewer than Recent, else every other
-// anchor is no newer than the last of them (the store's time order), and
-// the nearest add at most Nearest of those. Anchors committed since the
-// scan are left out, as a search made just after it would have.
-func (a *admission) negligible(now time.Time, texts map[string]string, recent []store.KeyTime) bool {
+// negligible reports whether a record whose evaluable fields are ev
+// (evaluableFields), judged at now in the hashed kernel, is admitted to
+// bootstrap (svaf.Config.Negligible) whatever the vectors, given its
+// group's newest anchors, newest first: all of its anchors when there are
+// fewer than Recent, else every other anchor is no newer than the last of
+// them (the store's time order), and the nearest add at most Nearest of
+// those. Anchors committed since the scan are left out, as a search made
+// just after it would have.
+func (a *admission) negligible(now time.Time, ev *[cmb.NumFields]string, recent []store.KeyTime) bool {
+	// heavy is some field's weight bound past negligible. A field's bound
+	// only grows with decay, and decay, a rounded sum of terms of at least
+	// 0, never shrinks as terms are added: once heavy, the full sum is too.
+	// So a live record, whose newest anchor alone weighs, is answered after
+	// one term.
+	heavy := func(decay float64) bool {
+		for i, t := range ev {
+			if t != "" && !a.cfg.Negligible(cmb.FieldNames[i], decay) {
+				return true
+			}
+		}
+		return false
+	}
 	decay := 0.0
-	for _, kt := range recent {
+	for i, kt := range recent {
 		decay += a.cfg.Decay(now.Sub(time.UnixMilli(kt.CreatedAt)))
+		if i == 0 && heavy(decay) {
+			return false
+		}
 	}
 	if len(recent) >= a.recent && a.nearest > 0 {
 		decay += float64(a.nearest) * a.cfg.Decay(now.Sub(time.UnixMilli(recent[len(recent)-1].CreatedAt)))
 	}
-	for name := range texts {
-		if !a.cfg.Negligible(name, decay) {
-			return false
-		}
-	}
-	return true
+	return !heavy(decay)
 }
 
 // judge evaluates a checked broadcast record against the anchors and
 // returns the verdict with the annexes to store beside the record.
 func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []store.ItemAnnex, error) {
 	all := rec.Fields.Texts()
-	texts := fieldTexts(all)
+	ev, evaluable := evaluableFields(&all)
 	now := n.now()
 	w := n.adm.work()
 	defer n.adm.works.Put(w)
@@ -311,8 +328,8 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	// The dense kernel's verdict also needs its vectors, which are stored
 	// with the record.
 	d := n.dense
-	hashed := d == nil || len(texts) == 0 || !d.healthy.Load()
-	negligible := hashed && n.adm.recent > 0 && n.adm.negligible(now, texts, kts)
+	hashed := d == nil || evaluable == 0 || !d.healthy.Load()
+	negligible := hashed && n.adm.recent > 0 && n.adm.negligible(now, &ev, kts)
 	// The signature finds the record's near-copies and, once it is
 	// stored, the records that copy it: made whatever the verdict. When
 	// the hashed kernel evaluates the record, its counts are made in the
@@ -344,6 +361,12 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 	}
 	if kts, err = n.nearAnchors(ctx, rec.Group, near, kts); err != nil {
 		return verdictRecord{}, nil, fmt.Errorf("svaf anchors: %w", err)
+	}
+	// The texts by name are the dense kernel's alone (denseVectorsFor):
+	// without an encoder there is nothing to make them for.
+	var texts map[string]string
+	if d != nil {
+		texts = fieldTexts(all)
 	}
 	return n.evaluate(ctx, w, rec, texts, hin, kts, now)
 }

@@ -190,18 +190,93 @@ const nearJudged = 256
 
 // nearGroup is one group's table. Entry e's chain link in band b is
 // entry(e).next[b]: the entry added before it with the same band key, plus
-// one (0 ends the chain); heads holds each band key's newest entry plus
-// one. Entries are held in chunks of nearChunk: a table of many records
-// grows by one chunk, not by copying all of it, and holds at most one
-// chunk's room it does not use; the first chunk grows as a slice does, so
-// a group of few records takes room for about those.
+// one (0 ends the chain); heads[b] holds each of band b's keys' newest
+// entry plus one. Entries are held in chunks of nearChunk: a table of many
+// records grows by one chunk, not by copying all of it, and holds at most
+// one chunk's room it does not use; the first chunk grows as a slice does,
+// so a group of few records takes room for about those.
 type nearGroup struct {
-	ready  chan struct{} // closed once the records stored before are in, or failed to be
-	failed bool          // they are not all in; set before ready is closed
-	chunks [][]nearEntry // nearChunk entries each, but the last
-	n      int32         // entries added
-	pos    map[string]int32
-	heads  map[uint64]int32
+	ready  chan struct{}       // closed once the records stored before are in, or failed to be
+	failed bool                // they are not all in; set before ready is closed
+	chunks [][]nearEntry       // nearChunk entries each, but the last
+	n      int32               // entries added
+	held   map[string]struct{} // the keys of its entries
+	heads  [nearBands]bandHeads
+}
+
+func newNearGroup() *nearGroup { return &nearGroup{held: map[string]struct{}{}} }
+
+// bandHeads maps one band's keys to the newest entry of each, plus one, by
+// open addressing with linear probing: a lookup of an absent key, the
+// common case, reads one or two adjacent slots, where a map's buckets of a
+// table this size are a cache miss each. A slot is a key's low 32 bits
+// (its fingerprint, which also places it) over its head; 0 is empty (a
+// head is never 0). A fingerprint is not the key: a slot whose fingerprint
+// matches is the key's only if its head entry's band is the key, which
+// holds for every entry of a chain, so a lookup finds exactly the chain a
+// map of the full keys would. At most half the slots are used.
+type bandHeads struct {
+	slots []uint64
+	used  int
+}
+
+// find returns the slot of band b's key in g's table of that band (t), or
+// the empty slot where it would go; head is the key's head, 0 if absent.
+func (t *bandHeads) find(g *nearGroup, b int, key uint64) (slot int, head int32) {
+	mask := len(t.slots) - 1
+	fp := uint32(key)
+	for i := int(fp) & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return i, 0
+		}
+		if uint32(s>>32) == fp {
+			if h := int32(uint32(s)); g.entry(h-1).sig.band(b) == key {
+				return i, h
+			}
+		}
+	}
+}
+
+// head is band b's key's newest entry plus one, 0 if none.
+func (t *bandHeads) head(g *nearGroup, b int, key uint64) int32 {
+	if t.used == 0 {
+		return 0
+	}
+	_, h := t.find(g, b, key)
+	return h
+}
+
+// push makes head the newest entry (plus one) of band b's key and
+// returns the one it replaces (0: none).
+func (t *bandHeads) push(g *nearGroup, b int, key uint64, head int32) (prev int32) {
+	if 2*(t.used+1) > len(t.slots) {
+		t.grow()
+	}
+	i, prev := t.find(g, b, key)
+	if prev == 0 {
+		t.used++
+	}
+	t.slots[i] = uint64(uint32(key))<<32 | uint64(uint32(head))
+	return prev
+}
+
+// grow doubles the slots: a slot's place is its fingerprint's, so it is
+// moved without reading its entry.
+func (t *bandHeads) grow() {
+	old := t.slots
+	t.slots = make([]uint64, max(8, 2*len(old)))
+	mask := len(t.slots) - 1
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		i := int(uint32(s>>32)) & mask
+		for t.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
 }
 
 // nearEntry is one record in its group's table: what lookup reads of a
@@ -226,7 +301,10 @@ type nearCandidate struct {
 
 // addLocked adds key's signature to g unless it holds key.
 func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
-	if _, ok := g.pos[key]; ok {
+	// One map operation: the key is held already if adding it leaves the
+	// count as it was.
+	held := len(g.held)
+	if g.held[key] = struct{}{}; len(g.held) == held {
 		return
 	}
 	e := g.n
@@ -239,12 +317,9 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	last := &g.chunks[len(g.chunks)-1]
 	*last = append(*last, nearEntry{sig: *sig, at: at, key: key})
 	g.n++
-	g.pos[key] = e
 	en := g.entry(e)
 	for b := range en.next {
-		k := sig.band(b)
-		en.next[b] = g.heads[k]
-		g.heads[k] = e + 1
+		en.next[b] = g.heads[b].push(g, b, sig.band(b), e+1)
 	}
 }
 
@@ -265,20 +340,19 @@ func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb
 	sig, judged := x.judged[key]
 	delete(x.judged, key)
 	g := x.groups[group]
-	held := g != nil
-	if held {
-		_, held = g.pos[key]
-	}
-	if g == nil || held {
+	if g != nil && judged {
+		g.addLocked(key, at, &sig) // unless g holds key
 		x.mu.Unlock()
 		return
 	}
-	if judged {
-		g.addLocked(key, at, &sig)
-		x.mu.Unlock()
-		return
+	held := g == nil
+	if !held {
+		_, held = g.held[key]
 	}
 	x.mu.Unlock()
+	if held {
+		return
+	}
 	sig, ok, _ := nearSignature(h, texts, nil)
 	if !ok {
 		return
@@ -292,20 +366,26 @@ func (x *nearIndex) add(h embed.Hashed, key, group string, at int64, texts *[cmb
 // stored in it (read through st): every later store adds to it itself.
 func (x *nearIndex) group(ctx context.Context, h embed.Hashed, st *store.Store, group string) (*nearGroup, error) {
 	for {
-		x.mu.Lock()
-		if x.groups == nil {
-			x.groups = map[string]*nearGroup{}
-		}
+		x.mu.RLock()
 		g, found := x.groups[group]
+		x.mu.RUnlock()
 		if !found {
-			// Made and visible before the store is read: a record stored from
-			// now on is added by keepEntry, one stored before is read below.
-			g = &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
-			x.groups[group] = g
-		}
-		x.mu.Unlock()
-		if !found {
-			return x.fillGroup(ctx, h, st, g, group)
+			x.mu.Lock()
+			if x.groups == nil {
+				x.groups = map[string]*nearGroup{}
+			}
+			if g, found = x.groups[group]; !found {
+				// Made and visible before the store is read: a record stored
+				// from now on is added by keepEntry, one stored before is read
+				// below.
+				g = newNearGroup()
+				g.ready = make(chan struct{})
+				x.groups[group] = g
+			}
+			x.mu.Unlock()
+			if !found {
+				return x.fillGroup(ctx, h, st, g, group)
+			}
 		}
 		select {
 		case <-g.ready:
@@ -346,7 +426,7 @@ func (x *nearIndex) fill(ctx context.Context, h embed.Hashed, st *store.Store, g
 	var buf []uint64
 	for _, kt := range kts {
 		x.mu.RLock()
-		_, held := g.pos[kt.Key]
+		_, held := g.held[kt.Key]
 		x.mu.RUnlock()
 		if held {
 			continue
@@ -377,8 +457,13 @@ func (x *nearIndex) lookup(g *nearGroup, sig *nearSig, out []nearCandidate) []ne
 	out = out[:0]
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	for b := range nearBands {
-		e := g.heads[sig.band(b)]
+	// Every band's head first: the tables' reads, a cache miss each in a
+	// big group, do not wait on one another or on the chains.
+	var heads [nearBands]int32
+	for b := range heads {
+		heads[b] = g.heads[b].head(g, b, sig.band(b))
+	}
+	for b, e := range heads {
 		for n := 0; e != 0 && n < nearChain; n++ {
 			en := g.entry(e - 1)
 			e = en.next[b]

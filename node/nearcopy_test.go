@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -193,7 +194,8 @@ func TestNearGroupWaiterOfFailedFill(t *testing.T) {
 	}
 	x := &bob.adm.near
 	// As after a restart, with a first fill under way that will fail.
-	filling := &nearGroup{ready: make(chan struct{}), pos: map[string]int32{}, heads: map[uint64]int32{}}
+	filling := newNearGroup()
+	filling.ready = make(chan struct{})
 	x.mu.Lock()
 	x.groups = map[string]*nearGroup{"alpha": filling}
 	x.mu.Unlock()
@@ -227,5 +229,147 @@ func TestNearGroupWaiterOfFailedFill(t *testing.T) {
 	}
 	if r.g.n != stored {
 		t.Fatalf("the waiter's table holds %d records, want the %d stored", r.g.n, stored)
+	}
+}
+
+// refNearGroup is nearGroup's table as a map of band keys to chain heads,
+// the reference bandHeads must agree with.
+type refNearGroup struct {
+	sigs  []nearSig
+	keys  []string
+	next  [][nearBands]int32
+	heads map[uint64]int32
+}
+
+func (r *refNearGroup) add(key string, sig nearSig) {
+	e := int32(len(r.sigs))
+	r.sigs, r.keys = append(r.sigs, sig), append(r.keys, key)
+	var next [nearBands]int32
+	for b := range nearBands {
+		k := sig.band(b)
+		next[b] = r.heads[k]
+		r.heads[k] = e + 1
+	}
+	r.next = append(r.next, next)
+}
+
+func (r *refNearGroup) lookup(sig *nearSig) []string {
+	var out []string
+	for b := range nearBands {
+		e := r.heads[sig.band(b)]
+		for n := 0; e != 0 && n < nearChain; n++ {
+			en := e - 1
+			e = r.next[en][b]
+			if slices.Contains(out, r.keys[en]) || agree(sig, &r.sigs[en]) < nearAgree {
+				continue
+			}
+			out = append(out, r.keys[en])
+		}
+	}
+	return out
+}
+
+// TestBandHeadsAsMap: a group's open-addressed band tables find the very
+// chains a map of the full band keys does, through growth, chains longer
+// than nearChain, records whose bands are all shared, and band keys of
+// equal fingerprints (low 32 bits), told apart by their entries; a key
+// held already is not added again.
+func TestBandHeadsAsMap(t *testing.T) {
+	r := mrand.New(mrand.NewSource(7))
+	randSig := func() nearSig {
+		var s nearSig
+		for i := range s {
+			s[i] = r.Uint32()
+		}
+		return s
+	}
+	// Two signatures whose band 0 keys differ but share their low 32 bits.
+	var collide [2]nearSig
+	seen := map[uint32]nearSig{}
+	for found := false; !found; {
+		s := randSig()
+		k := s.band(0)
+		if o, ok := seen[uint32(k)]; ok && o.band(0) != k {
+			collide, found = [2]nearSig{o, s}, true
+		}
+		seen[uint32(k)] = s
+	}
+	if collide[0].band(0) == collide[1].band(0) || uint32(collide[0].band(0)) != uint32(collide[1].band(0)) {
+		t.Fatal("no fingerprint collision made")
+	}
+	// A pool of bases, each copied with some bands kept: chains of shared
+	// keys, some far longer than nearChain.
+	bases := []nearSig{collide[0], collide[1]}
+	for range 40 {
+		bases = append(bases, randSig())
+	}
+	g := newNearGroup()
+	ref := &refNearGroup{heads: map[uint64]int32{}}
+	var probes []nearSig
+	for i := range 6000 {
+		s := bases[r.Intn(len(bases))]
+		if i%3 == 0 {
+			s = collide[r.Intn(2)]
+		}
+		switch r.Intn(5) {
+		case 0: // a new record
+			s = randSig()
+		case 1: // a near-copy: one band changed
+			b := r.Intn(nearBands)
+			s[b*nearRows+r.Intn(nearRows)] = r.Uint32()
+		case 2: // half its bands changed: shares bands, fails to agree
+			for b := 0; b < nearBands; b += 2 {
+				s[b*nearRows] = r.Uint32()
+			}
+		case 3: // a bin changed in every band but the first: found by it alone
+			for b := 1; b < nearBands; b++ {
+				s[b*nearRows+r.Intn(nearRows)] = r.Uint32()
+			}
+		}
+		// Band 0 of either colliding base on every copy of them.
+		if i%7 == 0 {
+			copy(s[:nearRows], collide[i%2][:nearRows])
+		}
+		key := fmt.Sprintf("k%05d", i)
+		g.addLocked(key, int64(i), &s)
+		ref.add(key, s)
+		if i%50 == 0 {
+			probes = append(probes, s)
+		}
+	}
+	// A key held already is not added again, whatever its signature.
+	held := g.n
+	for i := 0; i < 6000; i += 97 {
+		s := randSig()
+		g.addLocked(fmt.Sprintf("k%05d", i), int64(i), &s)
+	}
+	if g.n != held {
+		t.Fatalf("%d entries after adding held keys again, want %d", g.n, held)
+	}
+	probes = append(probes, collide[0], collide[1], randSig())
+	for range 20 {
+		p := collide[r.Intn(2)]
+		for b := 1; b < nearBands; b++ {
+			p[b*nearRows+r.Intn(nearRows)] = r.Uint32()
+		}
+		probes = append(probes, p)
+	}
+	var x nearIndex
+	for _, p := range probes {
+		want := ref.lookup(&p)
+		var got []string
+		for _, c := range x.lookup(g, &p, nil) {
+			got = append(got, c.kt.Key)
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("lookup found %v, the map of band keys %v", got, want)
+		}
+	}
+	for b := range nearBands {
+		if h := &g.heads[b]; 2*h.used > len(h.slots) {
+			t.Fatalf("band %d: %d of %d slots used", b, h.used, len(h.slots))
+		}
 	}
 }

@@ -106,7 +106,7 @@ func BenchmarkNearAdd(b *testing.B) {
 		keys[i] = fmt.Sprintf("cmb1-%060d", i)
 	}
 	fill := func() *nearIndex {
-		x := &nearIndex{groups: map[string]*nearGroup{"alpha": {pos: map[string]int32{}, heads: map[uint64]int32{}}}}
+		x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
 		for i, k := range keys {
 			s := sigs[i%len(sigs)] // made distinct in every band
 			for j := 1; j < nearBins; j += nearRows {
@@ -130,4 +130,146 @@ func BenchmarkNearAdd(b *testing.B) {
 	}
 	b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/float64(len(keys)), "B/record")
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N*len(keys)), "cpu-µs/record")
+}
+
+// BenchmarkNearLookup is the near-copy lookup of a new standard record in
+// a group's table of 100,000 (a daemon's at the delivery benchmark's rate
+// after half a minute), whose bands it mostly does not share: it reports
+// the CPU per lookup.
+func BenchmarkNearLookup(b *testing.B) {
+	recs := standardTexts(256)
+	h := embed.DefaultHashed()
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
+	g := x.groups["alpha"]
+	const stored = 100_000
+	for i := range stored {
+		s := sigs[i%len(sigs)] // made distinct in every band
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(i)
+		}
+		g.addLocked(fmt.Sprintf("cmb1-%060d", i), int64(i), &s)
+	}
+	// New records: each a standard one made distinct from all stored, but
+	// one in eight a near-copy (a bin changed) of a stored one.
+	probes := make([]nearSig, 4096)
+	for i := range probes {
+		k := stored + i
+		if i%8 == 0 {
+			k = i * 7 % stored
+		}
+		s := sigs[k%len(sigs)]
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(k)
+		}
+		if i%8 == 0 {
+			s[0]++
+		}
+		probes[i] = s
+	}
+	runtime.GC() // the table made, not the lookups, is the heap to mark
+	var out []nearCandidate
+	b.ReportAllocs()
+	cpu0, n := cpuTime(), 0
+	for ; b.Loop(); n++ {
+		out = x.lookup(g, &probes[n%len(probes)], out)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(n), "cpu-µs/lookup")
+}
+
+// BenchmarkNearLookupCold is BenchmarkNearLookup with 8 MB of other
+// memory written between lookups, untimed, as a daemon's other work on a
+// received record evicts the table from the caches.
+func BenchmarkNearLookupCold(b *testing.B) {
+	recs := standardTexts(256)
+	h := embed.DefaultHashed()
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
+	g := x.groups["alpha"]
+	const stored = 100_000
+	for i := range stored {
+		s := sigs[i%len(sigs)]
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(i)
+		}
+		g.addLocked(fmt.Sprintf("cmb1-%060d", i), int64(i), &s)
+	}
+	probes := make([]nearSig, 4096)
+	for i := range probes {
+		k := stored + i
+		if i%8 == 0 {
+			k = i * 7 % stored
+		}
+		s := sigs[k%len(sigs)]
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(k)
+		}
+		if i%8 == 0 {
+			s[0]++
+		}
+		probes[i] = s
+	}
+	other := make([]uint64, 1<<20)
+	var out []nearCandidate
+	runtime.GC()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		for i := range other {
+			other[i] += uint64(n)
+		}
+		b.StartTimer()
+		out = x.lookup(g, &probes[n%len(probes)], out)
+		n++
+	}
+}
+
+// BenchmarkNearAddCold is adding a judged record's signature to a group's
+// table of 100,000, as keep does for a record stored, with 8 MB of other
+// memory written between adds, untimed, as a daemon's other work on a
+// received record evicts the table from the caches.
+func BenchmarkNearAddCold(b *testing.B) {
+	recs := standardTexts(256)
+	h := embed.DefaultHashed()
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
+	const stored = 100_000
+	key := func(i int) string { return fmt.Sprintf("cmb1-%060d", i) }
+	sig := func(i int) nearSig {
+		s := sigs[i%len(sigs)] // made distinct in every band
+		for j := 1; j < nearBins; j += nearRows {
+			s[j] ^= uint32(i)
+		}
+		return s
+	}
+	for i := range stored {
+		s := sig(i)
+		x.judgedSig(key(i), &s)
+		x.add(h, key(i), "alpha", int64(i), nil)
+	}
+	other := make([]uint64, 1<<20)
+	runtime.GC()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		for i := range other {
+			other[i] += uint64(n)
+		}
+		s, k := sig(stored+n), key(stored+n)
+		b.StartTimer()
+		x.judgedSig(k, &s)
+		x.add(h, k, "alpha", int64(stored+n), nil)
+		n++
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cmbnode/cmbnode/cmb"
 	"github.com/cmbnode/cmbnode/internal/benchtext"
 	"github.com/cmbnode/cmbnode/node/svaf"
+	"github.com/cmbnode/cmbnode/store"
 )
 
 // TestNegligibleAnchorsSkipEvaluation: a record whose anchors all weigh
@@ -83,7 +84,8 @@ func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		admit := bob.adm.recent > 0 && bob.adm.negligible(clock, texts, recent)
+		ev, _ := evaluableFields(&all)
+		admit := bob.adm.recent > 0 && bob.adm.negligible(clock, &ev, recent)
 		if admit {
 			skipped++
 		} else {
@@ -106,4 +108,59 @@ func TestNegligibleAnchorsSkipEvaluation(t *testing.T) {
 		t.Fatalf("skipped %d, evaluated %d, verdicts %v: the stream must exercise both ways", skipped, evaluated, decisions)
 	}
 	t.Logf("skipped %d, evaluated %d, verdicts %v", skipped, evaluated, decisions)
+}
+
+// TestNegligibleIsTheFullSum: negligible, which may answer after the
+// newest anchor's term, answers as the whole sum of the anchors' decays
+// tested on every evaluable field does, for ages around where anchors stop
+// weighing (≈19τ), field weights of 0, ½, 1 and 3, missing fields, and
+// fewer anchors than Recent.
+func TestNegligibleIsTheFullSum(t *testing.T) {
+	cfg := svaf.Default()
+	cfg.FieldWeights = map[string]float64{cmb.FieldNames[0]: 3, cmb.FieldNames[1]: 0, cmb.FieldNames[2]: 0.5}
+	a, err := newAdmission(SVAFOptions{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := func(now time.Time, ev *[cmb.NumFields]string, recent []store.KeyTime) bool {
+		decay := 0.0
+		for _, kt := range recent {
+			decay += a.cfg.Decay(now.Sub(time.UnixMilli(kt.CreatedAt)))
+		}
+		if len(recent) >= a.recent && a.nearest > 0 {
+			decay += float64(a.nearest) * a.cfg.Decay(now.Sub(time.UnixMilli(recent[len(recent)-1].CreatedAt)))
+		}
+		for i, t := range ev {
+			if t != "" && !a.cfg.Negligible(cmb.FieldNames[i], decay) {
+				return false
+			}
+		}
+		return true
+	}
+	r := mrand.New(mrand.NewSource(5))
+	now := time.UnixMilli(1_751_000_000_000)
+	tau := a.cfg.Freshness
+	counts := map[bool]int{}
+	for range 20000 {
+		var ev [cmb.NumFields]string
+		for i := range ev {
+			if r.Intn(3) > 0 {
+				ev[i] = "text"
+			}
+		}
+		recent := make([]store.KeyTime, r.Intn(a.recent+1))
+		age := 17*tau + time.Duration(r.Int63n(int64(6*tau)))
+		for i := range recent {
+			recent[i] = store.KeyTime{Key: "k", CreatedAt: now.Add(-age).UnixMilli()}
+			age += time.Duration(r.Int63n(int64(tau / 4)))
+		}
+		want := full(now, &ev, recent)
+		counts[want]++
+		if got := a.negligible(now, &ev, recent); got != want {
+			t.Fatalf("negligible(%v, %v) = %t, the full sum says %t", ev, recent, got, want)
+		}
+	}
+	if counts[true] < 1000 || counts[false] < 1000 {
+		t.Fatalf("%d negligible, %d not: the ages miss the threshold", counts[true], counts[false])
+	}
 }

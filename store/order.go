@@ -97,6 +97,81 @@ func (o *orderIndex) snapshot(w Window) *btree.BTreeG[KeyTime] {
 	return t.Clone()
 }
 
+// newest copies into buf, up to its capacity, the newest entries of group
+// that Scan{Group: group, Reverse: true} visits, in its order, read under
+// the lock instead of from a clone: a clone makes the next inserts into
+// the tree copy the nodes they touch. full reports that buf was filled (the
+// group may hold more).
+func (o *orderIndex) newest(group string, buf []KeyTime) (_ []KeyTime, full bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.byGroup[group]
+	if t == nil || cap(buf) == 0 {
+		return buf, cap(buf) == 0
+	}
+	// Scan's lower bound, From 0: (0, "") itself and older are not visited.
+	t.DescendGreaterThan(KeyTime{}, func(kt KeyTime) bool {
+		buf = append(buf, kt)
+		return len(buf) < cap(buf)
+	})
+	return buf, len(buf) == cap(buf)
+}
+
+// newestBatch is how many of a group's newest entries Newest reads at
+// once, under the order index's lock: enough for the few records its
+// callers want when most are accepted.
+const newestBatch = 32
+
+// Newest appends to out the n newest records of group that keep accepts,
+// newest first: what Scan{Group: group, Reverse: true} with a fn that
+// keeps them and stops at n returns, from one view of the group as it is
+// after every write acknowledged before the call. keep sees the newest
+// records in order; when more than newestBatch are not enough, it may see
+// them again, as a Scan made then would show them, and out holds only that
+// scan's.
+func (s *Store) Newest(ctx context.Context, group string, n int, keep func(KeyTime) bool, out []KeyTime) ([]KeyTime, error) {
+	if s.closed.Load() {
+		return out, ErrClosed
+	}
+	if err := s.waitIndexed(ctx); err != nil {
+		return out, fmt.Errorf("scanning records: %w", err)
+	}
+	if n <= 0 {
+		return out, nil
+	}
+	start := len(out)
+	var buf [newestBatch]KeyTime
+	batch, full := s.order.newest(group, buf[:0])
+	for _, kt := range batch {
+		if err := ctx.Err(); err != nil {
+			return out[:start], fmt.Errorf("scanning records: %w", err)
+		}
+		if keep(kt) {
+			if out = append(out, kt); len(out)-start == n {
+				return out, nil
+			}
+		}
+	}
+	if !full {
+		return out, nil
+	}
+	// The group holds more than one batch: read it from a snapshot, from
+	// the newest again, as one Scan.
+	out = out[:start]
+	err := s.Scan(ctx, Window{Group: group, Reverse: true}, func(kt KeyTime) error {
+		if keep(kt) {
+			if out = append(out, kt); len(out)-start == n {
+				return errEnough
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return out[:start], err
+	}
+	return out, nil
+}
+
 // Scan calls fn for each record key in the window, ordered by (time, key)
 // (see KeyTime), ascending unless Reverse. fn returning an error stops the scan. It
 // sees every write acknowledged before it started, and none that commit
