@@ -257,12 +257,18 @@ type stemCache struct {
 
 type stemEntry struct {
 	head  wordHead
-	whash uint32 // termHash(word)
 	shash uint32 // termHash(stem)
 	wlen  uint32
-	_     uint32
-	word  string // a copy: the cache does not keep records' texts alive
-	stem  string // "" for a stop word
+	// lid is the stem's term in the text index's delta (textdelta.go),
+	// valid while dgen is the delta's generation: the word's next
+	// occurrence finds its delta term here, without a lookup in the
+	// delta's own table. The word's hash, which this entry's place in
+	// the table comes from, is not kept (it is recomputed when the table
+	// grows), to leave the room in the entry's cache line.
+	lid  uint32
+	dgen uint32
+	word string // a copy: the cache does not keep records' texts alive
+	stem string // "" for a stop word
 }
 
 // wordHead is a word's first eight bytes and its last eight (zero-padded
@@ -296,7 +302,7 @@ func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
 		if e.wlen == 0 {
 			return nil
 		}
-		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
+		if e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
 			return e
 		}
 	}
@@ -312,24 +318,24 @@ func (c *stemCache) touch(hs []uint32) uint32 {
 	mask := uint32(len(c.ents) - 1)
 	var sum uint32
 	for _, h := range hs {
-		sum += c.ents[h&mask].whash
+		sum += c.ents[h&mask].wlen
 	}
 	return sum
 }
 
-// put adds e, whose word is not in c, and returns it in c.
-func (c *stemCache) put(e stemEntry) *stemEntry {
+// put adds e, whose word (of hash h) is not in c, and returns it in c.
+func (c *stemCache) put(e stemEntry, h uint32) *stemEntry {
 	if 2*(c.n+1) > len(c.ents) {
 		old := c.ents
 		c.ents = make([]stemEntry, max(2*len(old), 4096))
 		for k := range old {
 			if old[k].wlen != 0 {
-				*c.slot(old[k].whash) = old[k]
+				*c.slot(termHash(old[k].word)) = old[k]
 			}
 		}
 	}
 	c.n++
-	p := c.slot(e.whash)
+	p := c.slot(h)
 	*p = e
 	return p
 }
@@ -349,24 +355,14 @@ func (c *stemCache) slot(h uint32) *stemEntry {
 // any other returns its cache's copies of the terms, never substrings of
 // the words, so an index may keep them (textdelta.go).
 func (tm *termer) terms(words []string) []string {
-	out, _ := tm.termsHashed(words, nil, false)
-	return out
-}
-
-// termsHashed is terms that, if hash is set, also appends termHash of each
-// term to hashes, in order.
-func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]string, []uint32) {
 	out := words[:0]
 	if tm == nil {
 		for _, w := range words {
 			if t := stemWord(w); t != "" {
 				out = append(out, t)
-				if hash {
-					hashes = append(hashes, termHash(t))
-				}
 			}
 		}
-		return out, hashes
+		return out
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
@@ -377,35 +373,57 @@ func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]str
 		// lookups overlap (the cache is larger than L2, and cold in a
 		// daemon between records); one after another, each lookup waited
 		// for its own (most of terms' time in a sender's profile).
-		if g := i % stemGroup; g == 0 {
-			n := min(stemGroup, len(words)-i)
-			for k, w := range words[i : i+n] {
-				hs[k] = termHash(w)
-			}
-			tm.touched += tm.cur.touch(hs[:n])
+		if i%stemGroup == 0 {
+			tm.touchLocked(words[i:min(i+stemGroup, len(words))], &hs)
 		}
-		h, head := hs[i%stemGroup], headOf(w)
-		e := tm.cur.find(w, h, head)
-		if e == nil {
-			if e = tm.old.find(w, h, head); e == nil {
-				e = tm.putLocked(stemEntry{head: head, whash: h, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, true)
-			} else {
-				e = tm.putLocked(*e, false)
-			}
-		}
-		if e.stem != "" {
+		if e := tm.entryLocked(w, hs[i%stemGroup]); e.stem != "" {
 			out = append(out, e.stem)
-			if hash {
-				hashes = append(hashes, e.shash)
-			}
 		}
 	}
-	return out, hashes
+	return out
 }
 
-// putLocked adds e to the current generation (fresh: its word and stem
-// are not copies yet, nor its stem hashed) and returns it there.
-func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
+// touchLocked sets hs to the hashes of words (at most stemGroup) and loads
+// their home slots in the current generation, which looking them up will
+// read.
+func (tm *termer) touchLocked(words []string, hs *[stemGroup]uint32) {
+	for k, w := range words {
+		hs[k] = termHash(w)
+	}
+	tm.touched += tm.cur.touch(hs[:len(words)])
+}
+
+// entryLocked returns word w's entry (h is termHash(w)) in the current
+// generation, which it is moved to from the old one, or added to.
+func (tm *termer) entryLocked(w string, h uint32) *stemEntry {
+	head := headOf(w)
+	e := tm.cur.find(w, h, head)
+	if e == nil {
+		if e = tm.old.find(w, h, head); e == nil {
+			e = tm.putLocked(stemEntry{head: head, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, h, true)
+		} else {
+			e = tm.putLocked(*e, h, false)
+		}
+	}
+	return e
+}
+
+// forgetDelta drops every entry's delta term (stemEntry.lid), for a delta
+// whose generations start again from the first.
+func (tm *termer) forgetDelta() {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, c := range []*stemCache{&tm.cur, &tm.old} {
+		for k := range c.ents {
+			c.ents[k].dgen = 0
+		}
+	}
+}
+
+// putLocked adds e, of word hash h, to the current generation (fresh: its
+// word and stem are not copies yet, nor its stem hashed) and returns it
+// there.
+func (tm *termer) putLocked(e stemEntry, h uint32, fresh bool) *stemEntry {
 	if tm.cur.n >= termCacheSize {
 		tm.old, tm.cur = tm.cur, stemCache{}
 	}
@@ -423,7 +441,7 @@ func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
 			e.shash = termHash(e.stem)
 		}
 	}
-	return tm.cur.put(e)
+	return tm.cur.put(e, h)
 }
 
 // stemWord is w's term, or "" if w is a stop word (before or after
