@@ -415,6 +415,32 @@ func TestTermerCacheMatchesStemmer(t *testing.T) {
 	}
 }
 
+// TestHeadOf holds headOf's loads to the bytes, one by one, of words of
+// every length around its cases.
+func TestHeadOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 24 {
+		for range 50 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(1 + rng.IntN(255))
+			}
+			var want wordHead
+			for i, c := range b {
+				if i < 8 {
+					want.first |= uint64(c) << (8 * i)
+				}
+				if n >= 8 && i >= n-8 {
+					want.last |= uint64(c) << (8 * (i - (n - 8)))
+				}
+			}
+			if got := headOf(string(b)); got != want {
+				t.Fatalf("headOf(%x) = %x, want %x", b, got, want)
+			}
+		}
+	}
+}
+
 // TestAddTextsAcrossStemGenerations adds records of a vocabulary larger
 // than two generations of the stem cache through addTexts, whose words
 // find their delta terms through the cache, and holds the index to one

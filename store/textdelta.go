@@ -328,7 +328,7 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 	d := &x.delta
 	tm := &x.termer
 	tm.mu.Lock()
-	var hs [stemGroup]uint32
+	var ks [stemGroup]wordKey
 	var begin int32
 	for f := range NumFields {
 		words := rt.toks[begin:rt.ends[f]]
@@ -336,11 +336,11 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 		start := len(d.posts)
 		n := uint32(0)
 		for i, w := range words {
-			// A group at a time, as termsHashed does.
+			// A group at a time, as terms does.
 			if i%stemGroup == 0 {
-				tm.touchLocked(words[i:min(i+stemGroup, len(words))], &hs)
+				tm.touchLocked(words[i:min(i+stemGroup, len(words))], &ks)
 			}
-			se := tm.entryLocked(w, hs[i%stemGroup])
+			se := tm.entryLocked(w, ks[i%stemGroup])
 			if se.stem == "" {
 				continue
 			}

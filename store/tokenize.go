@@ -243,7 +243,7 @@ type termer struct {
 const stemGroup = 16
 
 // stemCache is one generation of the termer's cache: a hash table with
-// linear probing over termHash of the word whose slots are the entries
+// linear probing over wordHash of the word whose slots are the entries
 // themselves, at most half of them full. An entry (one 64-byte cache line)
 // carries the word's length and its first and last eight bytes, so a
 // lookup of a word of up to 16 bytes (most words) touches its entry, most
@@ -281,23 +281,48 @@ const termCacheSize = 1 << 15
 
 // headOf is s's wordHead.
 func headOf(s string) wordHead {
-	if len(s) >= 8 {
-		return wordHead{load64(s), load64(s[len(s)-8:])}
+	switch n := len(s); {
+	case n >= 8:
+		return wordHead{load64(s), load64(s[n-8:])}
+	case n >= 4:
+		// Two loads that overlap in the bytes they both hold.
+		return wordHead{first: uint64(load32(s)) | uint64(load32(s[n-4:]))<<(8*(n-4))}
+	case n > 0:
+		return wordHead{first: uint64(s[0]) | uint64(s[n>>1])<<(8*(n>>1)) | uint64(s[n-1])<<(8*(n-1))}
 	}
-	var h uint64
-	for i := len(s) - 1; i >= 0; i-- {
-		h = h<<8 | uint64(s[i])
-	}
-	return wordHead{first: h}
+	return wordHead{}
 }
 
-// find returns w's entry, or nil.
-func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
+// wordKey is what finding a word in the cache takes: its head and hash.
+type wordKey struct {
+	head wordHead
+	hash uint32 // wordHash
+}
+
+// keyOf is w's wordKey.
+func keyOf(w string) wordKey {
+	head := headOf(w)
+	return wordKey{head, wordHash(w, head)}
+}
+
+// wordHash hashes word w, of head head, for the stem cache: a word of up
+// to 16 bytes is its length and head, which are hashed as termHash hashes
+// its bytes, without loading them again; a longer one by termHash.
+func wordHash(w string, head wordHead) uint32 {
+	if len(w) > 16 {
+		return termHash(w)
+	}
+	return uint32(mix(hashKey[1]^uint64(len(w)), mix(head.first^hashKey[1], head.last^hashKey[0])))
+}
+
+// find returns w's entry (of key k), or nil.
+func (c *stemCache) find(w string, k wordKey) *stemEntry {
 	if len(c.ents) == 0 {
 		return nil
 	}
+	head := k.head
 	mask := uint32(len(c.ents) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := k.hash & mask; ; i = (i + 1) & mask {
 		e := &c.ents[i]
 		if e.wlen == 0 {
 			return nil
@@ -308,17 +333,17 @@ func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
 	}
 }
 
-// touch loads the entries at the home slots of the words of hashes hs,
+// touch loads the entries at the home slots of the words of keys ks,
 // which looking them up will read, and returns a sum of them so the loads
 // are kept.
-func (c *stemCache) touch(hs []uint32) uint32 {
+func (c *stemCache) touch(ks []wordKey) uint32 {
 	if len(c.ents) == 0 {
 		return 0
 	}
 	mask := uint32(len(c.ents) - 1)
 	var sum uint32
-	for _, h := range hs {
-		sum += c.ents[h&mask].wlen
+	for _, k := range ks {
+		sum += c.ents[k.hash&mask].wlen
 	}
 	return sum
 }
@@ -330,7 +355,7 @@ func (c *stemCache) put(e stemEntry, h uint32) *stemEntry {
 		c.ents = make([]stemEntry, max(2*len(old), 4096))
 		for k := range old {
 			if old[k].wlen != 0 {
-				*c.slot(termHash(old[k].word)) = old[k]
+				*c.slot(wordHash(old[k].word, old[k].head)) = old[k]
 			}
 		}
 	}
@@ -366,7 +391,7 @@ func (tm *termer) terms(words []string) []string {
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	var hs [stemGroup]uint32
+	var ks [stemGroup]wordKey
 	for i, w := range words {
 		// A group at a time: the words' hashes first, then their slots and
 		// entries loaded together, so that the cache misses of a group's
@@ -374,35 +399,34 @@ func (tm *termer) terms(words []string) []string {
 		// daemon between records); one after another, each lookup waited
 		// for its own (most of terms' time in a sender's profile).
 		if i%stemGroup == 0 {
-			tm.touchLocked(words[i:min(i+stemGroup, len(words))], &hs)
+			tm.touchLocked(words[i:min(i+stemGroup, len(words))], &ks)
 		}
-		if e := tm.entryLocked(w, hs[i%stemGroup]); e.stem != "" {
+		if e := tm.entryLocked(w, ks[i%stemGroup]); e.stem != "" {
 			out = append(out, e.stem)
 		}
 	}
 	return out
 }
 
-// touchLocked sets hs to the hashes of words (at most stemGroup) and loads
+// touchLocked sets ks to the keys of words (at most stemGroup) and loads
 // their home slots in the current generation, which looking them up will
 // read.
-func (tm *termer) touchLocked(words []string, hs *[stemGroup]uint32) {
+func (tm *termer) touchLocked(words []string, ks *[stemGroup]wordKey) {
 	for k, w := range words {
-		hs[k] = termHash(w)
+		ks[k] = keyOf(w)
 	}
-	tm.touched += tm.cur.touch(hs[:len(words)])
+	tm.touched += tm.cur.touch(ks[:len(words)])
 }
 
-// entryLocked returns word w's entry (h is termHash(w)) in the current
+// entryLocked returns word w's entry (k is keyOf(w)) in the current
 // generation, which it is moved to from the old one, or added to.
-func (tm *termer) entryLocked(w string, h uint32) *stemEntry {
-	head := headOf(w)
-	e := tm.cur.find(w, h, head)
+func (tm *termer) entryLocked(w string, k wordKey) *stemEntry {
+	e := tm.cur.find(w, k)
 	if e == nil {
-		if e = tm.old.find(w, h, head); e == nil {
-			e = tm.putLocked(stemEntry{head: head, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, h, true)
+		if e = tm.old.find(w, k); e == nil {
+			e = tm.putLocked(stemEntry{head: k.head, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, k.hash, true)
 		} else {
-			e = tm.putLocked(*e, h, false)
+			e = tm.putLocked(*e, k.hash, false)
 		}
 	}
 	return e
