@@ -329,18 +329,16 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 	tm := &x.termer
 	tm.mu.Lock()
 	var ks [stemGroup]wordKey
-	var begin int32
+	j := 0 // rt.toks[j] is the word at hand
 	for f := range NumFields {
-		words := rt.toks[begin:rt.ends[f]]
-		begin = rt.ends[f]
 		start := len(d.posts)
 		n := uint32(0)
-		for i, w := range words {
-			// A group at a time, as terms does.
-			if i%stemGroup == 0 {
-				tm.touchLocked(words[i:min(i+stemGroup, len(words))], &ks)
+		for ; j < int(rt.ends[f]); j++ {
+			// A group at a time, as terms does, across fields.
+			if j%stemGroup == 0 {
+				tm.touchLocked(rt.toks[j:min(j+stemGroup, len(rt.toks))], &ks)
 			}
-			se := tm.entryLocked(w, ks[i%stemGroup])
+			se := tm.entryLocked(rt.toks[j], ks[j%stemGroup])
 			if se.stem == "" {
 				continue
 			}
