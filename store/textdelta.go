@@ -338,7 +338,18 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 			if j%stemGroup == 0 {
 				tm.touchLocked(rt.toks[j:min(j+stemGroup, len(rt.toks))], &ks)
 			}
-			se := tm.entryLocked(rt.toks[j], ks[j%stemGroup])
+			// The common case, a word of up to 16 bytes in its home slot,
+			// is entryLocked's first probe written out here.
+			w, k := rt.toks[j], ks[j%stemGroup]
+			var se *stemEntry
+			if n := len(tm.cur.ents); n > 0 && len(w) <= 16 {
+				if e := &tm.cur.ents[k.hash&uint32(n-1)]; e.head == k.head && e.wlen == uint32(len(w)) {
+					se = e
+				}
+			}
+			if se == nil {
+				se = tm.entryLocked(w, k)
+			}
 			if se.stem == "" {
 				continue
 			}
