@@ -327,6 +327,8 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 	var lens [NumFields]uint32
 	d := &x.delta
 	tm := &x.termer
+	// The termer's lock is only ever taken under the index's, never the
+	// other way round (queries make their terms before they take it).
 	tm.mu.Lock()
 	var ks [stemGroup]wordKey
 	j := 0 // rt.toks[j] is the word at hand
@@ -342,8 +344,8 @@ func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recor
 			// is entryLocked's first probe written out here.
 			w, k := rt.toks[j], ks[j%stemGroup]
 			var se *stemEntry
-			if n := len(tm.cur.ents); n > 0 && len(w) <= 16 {
-				if e := &tm.cur.ents[k.hash&uint32(n-1)]; e.head == k.head && e.wlen == uint32(len(w)) {
+			if m := len(tm.cur.ents); m > 0 && len(w) <= 16 {
+				if e := &tm.cur.ents[k.hash&uint32(m-1)]; e.head == k.head && e.wlen == uint32(len(w)) {
 					se = e
 				}
 			}

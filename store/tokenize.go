@@ -396,7 +396,7 @@ func (tm *termer) terms(words []string) []string {
 	defer tm.mu.Unlock()
 	var ks [stemGroup]wordKey
 	for i, w := range words {
-		// A group at a time: the words' hashes first, then their slots and
+		// A group at a time: the words' keys first, then their slots and
 		// entries loaded together, so that the cache misses of a group's
 		// lookups overlap (the cache is larger than L2, and cold in a
 		// daemon between records); one after another, each lookup waited
