@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand"
 	"math/rand/v2"
@@ -396,19 +397,96 @@ func TestTermerCacheMatchesStemmer(t *testing.T) {
 		for i := range words {
 			words[i] = word()
 		}
-		want, _ := (*termer)(nil).termsHashed(slices.Clone(words), nil, true)
-		got, hashes := tm.termsHashed(slices.Clone(words), nil, true)
+		want := (*termer)(nil).terms(slices.Clone(words))
+		got := tm.terms(slices.Clone(words))
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d: %q gave %q, want %q", round, words, got, want)
 		}
-		for i, term := range got {
-			if hashes[i] != termHash(term) {
-				t.Fatalf("round %d: hash of %q is %x, want %x", round, term, hashes[i], termHash(term))
+	}
+	for _, c := range []*stemCache{&tm.cur, &tm.old} {
+		for _, e := range c.ents {
+			if e.wlen != 0 && e.stem != "" && e.shash != termHash(e.stem) {
+				t.Fatalf("word %q: hash of %q is %x, want %x", e.word, e.stem, e.shash, termHash(e.stem))
 			}
 		}
 	}
 	if n := tm.cur.n + tm.old.n; n > 2*termCacheSize {
 		t.Fatalf("the cache holds %d words, over its bound of %d", n, 2*termCacheSize)
+	}
+}
+
+// TestHeadOf holds headOf's loads to the bytes, one by one, of words of
+// every length around its cases.
+func TestHeadOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 24 {
+		for range 50 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(1 + rng.IntN(255))
+			}
+			var want wordHead
+			for i, c := range b {
+				if i < 8 {
+					want.first |= uint64(c) << (8 * i)
+				}
+				if n >= 8 && i >= n-8 {
+					want.last |= uint64(c) << (8 * (i - (n - 8)))
+				}
+			}
+			if got := headOf(string(b)); got != want {
+				t.Fatalf("headOf(%x) = %x, want %x", b, got, want)
+			}
+		}
+	}
+}
+
+// TestAddTextsAcrossStemGenerations adds records of a vocabulary larger
+// than two generations of the stem cache through addTexts, whose words
+// find their delta terms through the cache, and holds the index to one
+// built through analyze and add: words move between generations and
+// leave them, and the delta is merged between, so entries carry delta
+// terms of generations long gone.
+func TestAddTextsAcrossStemGenerations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	suffixes := []string{"", "s", "ing", "ed", "'s"}
+	x, y := newTextIndex(nil), newTextIndex(nil)
+	var b strings.Builder
+	for i := range 400 {
+		var texts [NumFields]string
+		for f := range texts {
+			b.Reset()
+			for range 60 {
+				switch rng.IntN(3) {
+				case 0: // back in every generation, and in the same field
+					b.WriteString([]string{"the", "running", "runs", "release", "releases", "Melanie's"}[rng.IntN(6)])
+				default:
+					b.WriteString("w" + strconv.Itoa(rng.IntN(3*termCacheSize)) + suffixes[rng.IntN(len(suffixes))])
+				}
+				b.WriteByte(' ')
+			}
+			texts[f] = b.String()
+		}
+		key := fmt.Sprintf("r%d", i)
+		x.addTexts(key, int64(i), "g", texts)
+		x.addTexts(key, int64(i), "g", texts) // a duplicate adds nothing
+		y.add(key, int64(i), "g", y.analyze(texts))
+	}
+	if x.termer.cur.n+x.termer.old.n < termCacheSize || x.delta.gen < 2 {
+		t.Fatalf("%d words cached, %d merges: the test no longer crosses generations", x.termer.cur.n+x.termer.old.n, x.delta.gen)
+	}
+	xd, xp := x.snapshot()
+	yd, yp := y.snapshot()
+	if !maps.Equal(xd, yd) {
+		t.Fatalf("documents differ")
+	}
+	if len(xp) != len(yp) {
+		t.Fatalf("%d terms, want %d", len(xp), len(yp))
+	}
+	for term, want := range yp {
+		if got := xp[term]; !maps.Equal(got, want) {
+			t.Fatalf("term %q: postings %v, want %v", term, got, want)
+		}
 	}
 }
 
@@ -467,18 +545,23 @@ func (x *textIndex) postingsOf(t string) (post []uint64, df [NumFields]int32, ok
 // adds more, and compares every posting list, in order, and every document
 // frequency with a plain reference built from analyzeRef.
 func TestIndexMatchesReference(t *testing.T) {
-	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return false }, 0) })
-	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }, 0) })
+	t.Run("analyze", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return false }, 0, false) })
+	t.Run("tokens", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }, 0, false) })
 	// Both kinds of addition share one delta.
-	t.Run("mixed", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 0) })
+	t.Run("mixed", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 0, false) })
 	// Lists of many small blocks, which a purge filters block by block.
-	t.Run("blocks", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 3) })
+	t.Run("blocks", func(t *testing.T) { testIndexMatchesReference(t, func(n int) bool { return n%3 != 0 }, 3, false) })
+	// The delta's generations wrap, as if after 2³² merges, where the stem
+	// cache's delta terms of the first generations must be let go.
+	t.Run("generations wrap", func(t *testing.T) { testIndexMatchesReference(t, func(int) bool { return true }, 0, true) })
 }
 
 // testIndexMatchesReference adds record n through addTexts, which
 // tokenises straight into the delta, if viaTokens(n), else through analyze
-// and add; blockLen, if set, is the index's block size.
-func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool, blockLen int) {
+// and add; blockLen, if set, is the index's block size; if wrap, the
+// delta's generations start again from the first once the first records
+// are in.
+func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool, blockLen int, wrap bool) {
 	type refList struct {
 		post []uint64
 		df   [NumFields]int32
@@ -532,6 +615,10 @@ func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool, blockLe
 		add(e)
 	}
 	check("after adding")
+	if wrap {
+		// Merged by check: the next merge is the last before the wrap.
+		x.delta.gen = math.MaxUint32 - 1
+	}
 	// A few more whose postings are still in the delta when the purge runs.
 	for i := 3000; i < 3050; i++ {
 		e := c.record(i, testBase+int64(i))
@@ -587,6 +674,9 @@ func testIndexMatchesReference(t *testing.T, viaTokens func(n int) bool, blockLe
 		if _, ok := x.byKey[k]; !ok || x.docs[i].key != k {
 			t.Fatalf("document %d is %q, want %q", i, x.docs[i].key, k)
 		}
+	}
+	if wrap && x.delta.gen > 10 {
+		t.Fatalf("the delta's generation is %d: it never wrapped", x.delta.gen)
 	}
 }
 
@@ -704,13 +794,16 @@ func BenchmarkIndexThenNearest(b *testing.B) {
 			x, texts, keys := standardIndexSetup(b.N)
 			o := SearchOptions{Limit: 10, Group: "g", MaxTerms: 8}
 			normalizeSearch(&o)
-			var rt recordTokens
 			var q []string
 			op := func(i int) {
-				x.tokens(&rt, texts[i%len(texts)])
-				q = append(q[:0], rt.toks...)
+				// The record's terms, as Search makes a query's.
+				q = q[:0]
+				for _, t := range texts[i%len(texts)] {
+					all := appendTokens(q, t)
+					q = all[:len(q)+len(x.termer.terms(all[len(q):]))]
+				}
 				_ = x.search(uniq(q), o, int64(i), false)
-				x.addTokens(keys[i], int64(i), "g", &rt)
+				x.addTexts(keys[i], int64(i), "g", texts[i%len(texts)])
 			}
 			// Cold as in a daemon, where the rest of admission and the
 			// store run between records.

@@ -35,7 +35,11 @@ type delta struct {
 	posts  []uint64
 	prev   []uint32
 	sorted []uint64 // merge scratch
-	// touched sums what prefetch loaded; it means nothing.
+	// gen counts the merges that emptied the delta, which end the life
+	// of its term ids: a stem cache entry's delta term (stemEntry.lid)
+	// is one of this delta's if its dgen is gen+1 (0 marks none).
+	gen uint32
+	// touched sums what textIndex.prefetch loaded; it means nothing.
 	touched uint64
 }
 
@@ -177,12 +181,10 @@ func (d *delta) termID(t string, h uint32) uint32 {
 	}
 }
 
-// prefetch loads the slots and terms of a group of tokens (by their
-// hashes), so that the cache misses of the lookups that follow overlap.
-func (d *delta) prefetch(hashes []uint32) { d.touched += d.touch(hashes) }
-
-// touch is prefetch that returns a sum of what it loaded, which means
-// nothing, for a caller that must not write the delta.
+// touch loads the slots and terms of a group of terms (by their hashes),
+// so that the cache misses of the lookups that follow overlap, and
+// returns a sum of what it loaded, which means nothing: the caller keeps
+// it so that the loads are kept.
 func (d *delta) touch(hashes []uint32) uint64 {
 	if d.slots == nil {
 		return 0
@@ -268,74 +270,96 @@ func (x *textIndex) mergeLocked() {
 	} else {
 		clear(d.slots)
 	}
+	if d.gen++; d.gen+1 == 0 {
+		// gen+1 would be the 0 of entries that have no delta term.
+		x.termer.forgetDelta()
+		d.gen = 0
+	}
 }
 
-// recordTokens is a record's tokens, field after field: field f's are
+// recordTokens is a record's words, field after field: field f's are
 // toks[ends[f-1]:ends[f]].
 type recordTokens struct {
-	toks   []string
-	hashes []uint32 // termHash(toks[i])
-	ends   [NumFields]int32
+	toks []string
+	ends [NumFields]int32
 }
 
 var tokenBufs = sync.Pool{New: func() any { return new(recordTokens) }}
 
-// addTexts tokenises a record's texts and adds it. Tokens go straight to
-// the delta, which counts each term's frequency per field as it goes: the
-// path puts and start-up take, where analyze would first build a table of
-// the record's own distinct terms.
+// addTexts tokenises a record's texts and adds it. Its words are found
+// before the lock is taken; under it, each word's stem cache entry gives
+// its term and, from the word's last occurrence since the delta's last
+// merge, the term's entry in the delta (stemEntry.lid), so that a word
+// costs one lookup where its term and then its delta entry cost two.
+// Tokens go straight to the delta, which counts each term's frequency per
+// field as it goes: the path puts and start-up take, where analyze would
+// first build a table of the record's own distinct terms.
 func (x *textIndex) addTexts(key string, at int64, group string, texts [NumFields]string) {
 	rt := tokenBufs.Get().(*recordTokens)
-	x.tokens(rt, texts)
-	x.addTokens(key, at, group, rt)
+	rt.words(texts)
+	x.mu.Lock()
+	x.addWordsLocked(key, at, group, rt)
+	x.mu.Unlock()
 	clear(rt.toks[:cap(rt.toks)]) // they point into the record's texts, stop words too
 	tokenBufs.Put(rt)
 }
 
-// tokens sets rt to the terms of texts, field after field.
-func (x *textIndex) tokens(rt *recordTokens, texts [NumFields]string) {
-	rt.toks, rt.hashes = rt.toks[:0], rt.hashes[:0]
+// words sets rt to the words of texts, field after field.
+func (rt *recordTokens) words(texts [NumFields]string) {
+	rt.toks = rt.toks[:0]
 	for f, t := range texts {
 		if t != neutralText {
 			// The protocol's placeholder for an unfilled field says nothing
 			// about the record (as in analyze).
-			n := len(rt.toks)
-			all := appendTokens(rt.toks, t)
-			var terms []string
-			terms, rt.hashes = x.termer.termsHashed(all[n:], rt.hashes, true)
-			rt.toks = all[:n+len(terms)]
+			rt.toks = appendTokens(rt.toks, t)
 		}
 		rt.ends[f] = int32(len(rt.toks))
 	}
 }
 
-// addTokens adds a document from its tokens (tokens).
-func (x *textIndex) addTokens(key string, at int64, group string, rt *recordTokens) {
-	x.mu.Lock()
-	x.addTokensLocked(key, at, group, rt)
-	x.mu.Unlock()
-}
-
-// addTokensLocked adds a document from its tokens, with the postings
-// analyze and addLocked would give it.
-func (x *textIndex) addTokensLocked(key string, at int64, group string, rt *recordTokens) {
+// addWordsLocked adds a document from its words (words), with the
+// postings analyze and addLocked would give it.
+func (x *textIndex) addWordsLocked(key string, at int64, group string, rt *recordTokens) {
 	if id, ok := x.byKey[key]; ok && x.docs[id].alive {
 		return
 	}
 	id := uint32(len(x.docs))
 	var lens [NumFields]uint32
 	d := &x.delta
-	var begin int32
+	tm := &x.termer
+	// The termer's lock is only ever taken under the index's, never the
+	// other way round (queries make their terms before they take it).
+	tm.mu.Lock()
+	var ks [stemGroup]wordKey
+	j := 0 // rt.toks[j] is the word at hand
 	for f := range NumFields {
-		toks, hashes := rt.toks[begin:rt.ends[f]], rt.hashes[begin:rt.ends[f]]
-		begin = rt.ends[f]
-		lens[f] = uint32(len(toks))
 		start := len(d.posts)
-		for i, tok := range toks {
-			if i%mergeGroup == 0 {
-				d.prefetch(hashes[i:min(i+mergeGroup, len(hashes))])
+		n := uint32(0)
+		for ; j < int(rt.ends[f]); j++ {
+			// A group at a time, as terms does, across fields.
+			if j%stemGroup == 0 {
+				tm.touchLocked(rt.toks[j:min(j+stemGroup, len(rt.toks))], &ks)
 			}
-			lid := d.termID(tok, hashes[i])
+			// The common case, a word of up to 16 bytes in its home slot,
+			// is entryLocked's first probe written out here.
+			w, k := rt.toks[j], ks[j%stemGroup]
+			var se *stemEntry
+			if m := len(tm.cur.ents); m > 0 && len(w) <= 16 {
+				if e := &tm.cur.ents[k.hash&uint32(m-1)]; e.head == k.head && e.wlen == uint32(len(w)) {
+					se = e
+				}
+			}
+			if se == nil {
+				se = tm.entryLocked(w, k)
+			}
+			if se.stem == "" {
+				continue
+			}
+			n++
+			if se.dgen != d.gen+1 {
+				se.lid, se.dgen = d.termID(se.stem, se.shash), d.gen+1
+			}
+			lid := se.lid
 			e := &d.terms[lid]
 			if int(e.last) > start { // already in this field: count it
 				if p := &d.posts[e.last-1]; (*p>>17)&tfMax < tfMax {
@@ -345,12 +369,14 @@ func (x *textIndex) addTokensLocked(key string, at int64, group string, rt *reco
 			}
 			d.push(lid, packPosting(id, uint8(f), 1, 0))
 		}
+		lens[f] = n
 		// The field's length is known only now.
-		fl := uint64(min(lens[f], lenMax))
+		fl := uint64(min(n, lenMax))
 		for i := start; i < len(d.posts); i++ {
 			d.posts[i] |= fl
 		}
 	}
+	tm.mu.Unlock()
 	x.addDocLocked(key, at, group, lens)
 	if len(d.lids) >= deltaMax {
 		x.mergeLocked()

@@ -239,11 +239,14 @@ type termer struct {
 	touched  uint32 // sums what touch loaded; it means nothing
 }
 
-// stemGroup is how many words' cache entries are loaded at a time.
-const stemGroup = 16
+// stemGroup is how many words' cache entries are loaded at a time: the
+// more cache misses in flight together, the less each costs, and 64 words
+// (a field and more of a standard CMB; 64 entries of 64 bytes) are far
+// from crowding L1 out before they are read.
+const stemGroup = 64
 
 // stemCache is one generation of the termer's cache: a hash table with
-// linear probing over termHash of the word whose slots are the entries
+// linear probing over wordHash of the word whose slots are the entries
 // themselves, at most half of them full. An entry (one 64-byte cache line)
 // carries the word's length and its first and last eight bytes, so a
 // lookup of a word of up to 16 bytes (most words) touches its entry, most
@@ -257,12 +260,18 @@ type stemCache struct {
 
 type stemEntry struct {
 	head  wordHead
-	whash uint32 // termHash(word)
 	shash uint32 // termHash(stem)
 	wlen  uint32
-	_     uint32
-	word  string // a copy: the cache does not keep records' texts alive
-	stem  string // "" for a stop word
+	// lid is the stem's term in the text index's delta (textdelta.go),
+	// valid while dgen is the delta's generation: the word's next
+	// occurrence finds its delta term here, without a lookup in the
+	// delta's own table. The word's hash, which this entry's place in
+	// the table comes from, is not kept (it is recomputed when the table
+	// grows), to leave the room in the entry's cache line.
+	lid  uint32
+	dgen uint32
+	word string // a copy: the cache does not keep records' texts alive
+	stem string // "" for a stop word
 }
 
 // wordHead is a word's first eight bytes and its last eight (zero-padded
@@ -275,61 +284,86 @@ const termCacheSize = 1 << 15
 
 // headOf is s's wordHead.
 func headOf(s string) wordHead {
-	if len(s) >= 8 {
-		return wordHead{load64(s), load64(s[len(s)-8:])}
+	switch n := len(s); {
+	case n >= 8:
+		return wordHead{load64(s), load64(s[n-8:])}
+	case n >= 4:
+		// Two loads that overlap in the bytes they both hold.
+		return wordHead{first: uint64(load32(s)) | uint64(load32(s[n-4:]))<<(8*(n-4))}
+	case n > 0:
+		return wordHead{first: uint64(s[0]) | uint64(s[n>>1])<<(8*(n>>1)) | uint64(s[n-1])<<(8*(n-1))}
 	}
-	var h uint64
-	for i := len(s) - 1; i >= 0; i-- {
-		h = h<<8 | uint64(s[i])
-	}
-	return wordHead{first: h}
+	return wordHead{}
 }
 
-// find returns w's entry, or nil.
-func (c *stemCache) find(w string, h uint32, head wordHead) *stemEntry {
+// wordKey is what finding a word in the cache takes: its head and hash.
+type wordKey struct {
+	head wordHead
+	hash uint32 // wordHash
+}
+
+// keyOf is w's wordKey.
+func keyOf(w string) wordKey {
+	head := headOf(w)
+	return wordKey{head, wordHash(w, head)}
+}
+
+// wordHash hashes word w, of head head, for the stem cache: a word of up
+// to 16 bytes is its length and head, which are hashed as termHash hashes
+// its bytes, without loading them again; a longer one by termHash.
+func wordHash(w string, head wordHead) uint32 {
+	if len(w) > 16 {
+		return termHash(w)
+	}
+	return uint32(mix(hashKey[1]^uint64(len(w)), mix(head.first^hashKey[1], head.last^hashKey[0])))
+}
+
+// find returns w's entry (of key k), or nil.
+func (c *stemCache) find(w string, k wordKey) *stemEntry {
 	if len(c.ents) == 0 {
 		return nil
 	}
+	head := k.head
 	mask := uint32(len(c.ents) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := k.hash & mask; ; i = (i + 1) & mask {
 		e := &c.ents[i]
 		if e.wlen == 0 {
 			return nil
 		}
-		if e.whash == h && e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
+		if e.head == head && e.wlen == uint32(len(w)) && (len(w) <= 16 || e.word[8:len(w)-8] == w[8:len(w)-8]) {
 			return e
 		}
 	}
 }
 
-// touch loads the entries at the home slots of the words of hashes hs,
+// touch loads the entries at the home slots of the words of keys ks,
 // which looking them up will read, and returns a sum of them so the loads
 // are kept.
-func (c *stemCache) touch(hs []uint32) uint32 {
+func (c *stemCache) touch(ks []wordKey) uint32 {
 	if len(c.ents) == 0 {
 		return 0
 	}
 	mask := uint32(len(c.ents) - 1)
 	var sum uint32
-	for _, h := range hs {
-		sum += c.ents[h&mask].whash
+	for _, k := range ks {
+		sum += c.ents[k.hash&mask].wlen
 	}
 	return sum
 }
 
-// put adds e, whose word is not in c, and returns it in c.
-func (c *stemCache) put(e stemEntry) *stemEntry {
+// put adds e, whose word (of hash h) is not in c, and returns it in c.
+func (c *stemCache) put(e stemEntry, h uint32) *stemEntry {
 	if 2*(c.n+1) > len(c.ents) {
 		old := c.ents
 		c.ents = make([]stemEntry, max(2*len(old), 4096))
 		for k := range old {
 			if old[k].wlen != 0 {
-				*c.slot(old[k].whash) = old[k]
+				*c.slot(wordHash(old[k].word, old[k].head)) = old[k]
 			}
 		}
 	}
 	c.n++
-	p := c.slot(e.whash)
+	p := c.slot(h)
 	*p = e
 	return p
 }
@@ -349,63 +383,74 @@ func (c *stemCache) slot(h uint32) *stemEntry {
 // any other returns its cache's copies of the terms, never substrings of
 // the words, so an index may keep them (textdelta.go).
 func (tm *termer) terms(words []string) []string {
-	out, _ := tm.termsHashed(words, nil, false)
-	return out
-}
-
-// termsHashed is terms that, if hash is set, also appends termHash of each
-// term to hashes, in order.
-func (tm *termer) termsHashed(words []string, hashes []uint32, hash bool) ([]string, []uint32) {
 	out := words[:0]
 	if tm == nil {
 		for _, w := range words {
 			if t := stemWord(w); t != "" {
 				out = append(out, t)
-				if hash {
-					hashes = append(hashes, termHash(t))
-				}
 			}
 		}
-		return out, hashes
+		return out
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	var hs [stemGroup]uint32
+	var ks [stemGroup]wordKey
 	for i, w := range words {
-		// A group at a time: the words' hashes first, then their slots and
+		// A group at a time: the words' keys first, then their slots and
 		// entries loaded together, so that the cache misses of a group's
 		// lookups overlap (the cache is larger than L2, and cold in a
 		// daemon between records); one after another, each lookup waited
 		// for its own (most of terms' time in a sender's profile).
-		if g := i % stemGroup; g == 0 {
-			n := min(stemGroup, len(words)-i)
-			for k, w := range words[i : i+n] {
-				hs[k] = termHash(w)
-			}
-			tm.touched += tm.cur.touch(hs[:n])
+		if i%stemGroup == 0 {
+			tm.touchLocked(words[i:min(i+stemGroup, len(words))], &ks)
 		}
-		h, head := hs[i%stemGroup], headOf(w)
-		e := tm.cur.find(w, h, head)
-		if e == nil {
-			if e = tm.old.find(w, h, head); e == nil {
-				e = tm.putLocked(stemEntry{head: head, whash: h, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, true)
-			} else {
-				e = tm.putLocked(*e, false)
-			}
-		}
-		if e.stem != "" {
+		if e := tm.entryLocked(w, ks[i%stemGroup]); e.stem != "" {
 			out = append(out, e.stem)
-			if hash {
-				hashes = append(hashes, e.shash)
-			}
 		}
 	}
-	return out, hashes
+	return out
 }
 
-// putLocked adds e to the current generation (fresh: its word and stem
-// are not copies yet, nor its stem hashed) and returns it there.
-func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
+// touchLocked sets ks to the keys of words (at most stemGroup) and loads
+// their home slots in the current generation, which looking them up will
+// read.
+func (tm *termer) touchLocked(words []string, ks *[stemGroup]wordKey) {
+	for k, w := range words {
+		ks[k] = keyOf(w)
+	}
+	tm.touched += tm.cur.touch(ks[:len(words)])
+}
+
+// entryLocked returns word w's entry (k is keyOf(w)) in the current
+// generation, which it is moved to from the old one, or added to.
+func (tm *termer) entryLocked(w string, k wordKey) *stemEntry {
+	e := tm.cur.find(w, k)
+	if e == nil {
+		if e = tm.old.find(w, k); e == nil {
+			e = tm.putLocked(stemEntry{head: k.head, wlen: uint32(len(w)), word: w, stem: stemWord(w)}, k.hash, true)
+		} else {
+			e = tm.putLocked(*e, k.hash, false)
+		}
+	}
+	return e
+}
+
+// forgetDelta drops every entry's delta term (stemEntry.lid), for a delta
+// whose generations start again from the first.
+func (tm *termer) forgetDelta() {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, c := range []*stemCache{&tm.cur, &tm.old} {
+		for k := range c.ents {
+			c.ents[k].dgen = 0
+		}
+	}
+}
+
+// putLocked adds e, of word hash h, to the current generation (fresh: its
+// word and stem are not copies yet, nor its stem hashed) and returns it
+// there.
+func (tm *termer) putLocked(e stemEntry, h uint32, fresh bool) *stemEntry {
 	if tm.cur.n >= termCacheSize {
 		tm.old, tm.cur = tm.cur, stemCache{}
 	}
@@ -423,7 +468,7 @@ func (tm *termer) putLocked(e stemEntry, fresh bool) *stemEntry {
 			e.shash = termHash(e.stem)
 		}
 	}
-	return tm.cur.put(e)
+	return tm.cur.put(e, h)
 }
 
 // stemWord is w's term, or "" if w is a stop word (before or after
