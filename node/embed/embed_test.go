@@ -292,6 +292,25 @@ func BenchmarkHashedCounts(b *testing.B) {
 	}
 }
 
+// BenchmarkHashedCountsWords is BenchmarkHashedCounts keeping the words'
+// hashes too (CountsWords), as SVAF counts an incoming record's fields.
+func BenchmarkHashedCountsWords(b *testing.B) {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = benchtext.Field(fmt.Sprintf("focus %d:", i), 300, vocab, z)
+	}
+	h := DefaultHashed()
+	c := make([]int32, h.Dim)
+	var words []uint64
+	b.SetBytes(300)
+	for i := 0; b.Loop(); i++ {
+		words = h.CountsWords(texts[i%len(texts)], c, words[:0])
+	}
+}
+
 // TestAppendWords: a text's word hashes are its words', as Counts reads
 // words, whatever the case, punctuation and spacing, and an ASCII word
 // hashes alike in an ASCII text and in one that is not.

@@ -3,6 +3,7 @@ package embed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -204,48 +205,92 @@ func (h Hashed) addASCII(v []int32, text string) {
 }
 
 // addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
-// kernel), streamed: each byte of a word (or its end mark) closes the
-// trigram of the two before it, so the word is never copied, and FNV-1a's
-// first step comes from a table. With keep it also appends each word's
+// kernel), streamed: each byte of the text closes the trigram of the two
+// before it, so no word is copied. With keep it also appends each word's
 // hash (AppendWords's) to words, made in the same pass.
 func addASCII3(v []int32, text string, words []uint64, keep bool) []uint64 {
+	if keep {
+		return addASCII3Words(v, text, words)
+	}
 	mask := uint64(len(v) - 1)
-	add := func(x uint64) {
-		// The sign is the hash's top bit: +1 or -1 without a branch.
-		v[x&mask] += 1 - 2*int32(x>>63)
-	}
-	var a, b byte // the word's last two bytes
-	n := 0        // bytes of the word so far, its start mark included
-	w := uint64(fnvOffset64)
+	// The two bytes before, as foldEnd gives them (3: no letter). Every
+	// byte adds to a bucket without branching: its trigram's count when
+	// the byte before it is a letter, else 0. A word's first letter
+	// closes no trigram; a byte after a letter that is not one closes
+	// the word's last, of end mark 3; stepA makes the mark 3 before a
+	// word's first letter the start mark 2.
+	p2, p1 := uint64(3), uint64(3)
 	for i := 0; i < len(text); i++ {
-		c := asciiFold[text[i]]
-		if c == 0 {
-			if n > 1 {
-				add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
-				if keep {
-					words = append(words, w)
-				}
-			}
-			n, w = 0, fnvOffset64
-			continue
-		}
-		w = (w ^ uint64(c)) * fnvPrime64
-		if n == 0 {
-			a, b, n = 2, c, 2 // '\x02' then c
-			continue
-		}
-		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ uint64(c)) * fnvPrime64)
-		a, b = b, c
-		n++
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		v[x&mask] += signed(x, p1)
+		p2, p1 = p1, c
 	}
-	if n > 1 {
-		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
-		if keep {
-			words = append(words, w)
-		}
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		v[x&mask] += signed(x, p1)
 	}
 	return words
 }
+
+// addASCII3Words is addASCII3 keeping the words' hashes.
+func addASCII3Words(v []int32, text string, words []uint64) []uint64 {
+	mask := uint64(len(v) - 1)
+	nw := len(words)
+	// A text of n bytes has at most n/2+1 words; each byte writes the
+	// word hash so far at nw, which only moves past a finished word.
+	ws := slices.Grow(words, len(text)/2+1)
+	ws = ws[:cap(ws)]
+	p2, p1 := uint64(3), uint64(3)
+	w := uint64(fnvOffset64)
+	for i := 0; i < len(text); i++ {
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		v[x&mask] += signed(x, p1)
+		next := (w ^ c) * fnvPrime64
+		ws[nw] = w
+		if c == 3 {
+			next = fnvOffset64
+			nw += int(letter(p1))
+		}
+		w = next
+		p2, p1 = p1, c
+	}
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		v[x&mask] += signed(x, p1)
+		ws[nw] = w
+		nw++
+	}
+	return ws[:nw]
+}
+
+// letter is 1 when b, as foldEnd gives it, is a letter or digit, else 0.
+func letter(b uint64) int32 { return int32((b^3)+255) >> 8 }
+
+// signed is the count an n-gram of hash x adds when b (foldEnd's) before
+// its last byte is a letter: +1 or -1 by the hash's top bit, else 0.
+func signed(x, b uint64) int32 {
+	one, neg := letter(b), int32(x>>63)
+	return (one ^ -neg) + neg
+}
+
+// foldEnd is asciiFold with the end mark 3 for anything not a letter or
+// digit, which no letter or digit folds to.
+var foldEnd = func() (t [256]byte) {
+	for c := range t {
+		t[c] = max(asciiFold[c], 3)
+	}
+	return t
+}()
+
+// stepA is fnvStep1 of a trigram's first byte as foldEnd gives it: of
+// the start mark 2 for the 3 of no letter.
+var stepA = func() (t [256]uint64) {
+	t = fnvStep1
+	t[3] = fnvStep1[2]
+	return t
+}()
 
 // asciiFold maps an ASCII letter or digit to itself lowered, anything
 // else to 0 (a word boundary).
