@@ -63,7 +63,7 @@ func (h Hashed) Counts(text string, c []int32) {
 	c = c[:h.Dim]
 	if isASCII(text) {
 		if h.N == 3 && h.Dim&(h.Dim-1) == 0 {
-			addASCII3(c, text, nil, false)
+			addASCII3(c, text)
 		} else {
 			h.addASCII(c, text)
 		}
@@ -103,13 +103,45 @@ func (h Hashed) Counts(text string, c []int32) {
 
 // CountsWords is Counts and AppendWords at once: it adds text's n-gram
 // counts into c and appends its words' hashes to words, reading an ASCII
-// text once for both (the default kernel's).
-func (h Hashed) CountsWords(text string, c []int32, words []uint64) []uint64 {
-	if h.N == 3 && h.Dim&(h.Dim-1) == 0 && isASCII(text) {
-		return addASCII3(c[:h.Dim], text, words, true)
+// text once for both (the default kernel's). It also sets in touched the
+// bit of every bucket whose count it changed (CountsTouched).
+func (h Hashed) CountsWords(text string, c []int32, touched, words []uint64) []uint64 {
+	if h.streams(text) {
+		return addASCII3Words(c[:h.Dim], touched[:touchedLen(h.Dim)], text, words)
 	}
 	h.Counts(text, c)
+	touchAll(touched, h.Dim)
 	return h.AppendWords(words, text)
+}
+
+// CountsTouched is Counts that also sets in touched, (Dim+63)/64 words,
+// bit b%64 of touched[b/64] for every bucket b whose count it changed,
+// so a caller can read the nonzero counts without a pass over all Dim.
+// It may set bits of buckets it left unchanged: all of them for a text
+// it does not stream (not ASCII, or not the default kernel's n and Dim).
+func (h Hashed) CountsTouched(text string, c []int32, touched []uint64) {
+	if h.streams(text) {
+		addASCII3Touched(c[:h.Dim], touched[:touchedLen(h.Dim)], text)
+		return
+	}
+	h.Counts(text, c)
+	touchAll(touched, h.Dim)
+}
+
+// streams reports whether text's counts are made by addASCII3 and its
+// variants: trigrams of an ASCII text into a power-of-two Dim.
+func (h Hashed) streams(text string) bool {
+	return h.N == 3 && h.Dim&(h.Dim-1) == 0 && isASCII(text)
+}
+
+// touchedLen is how many words hold a bit for each of dim buckets.
+func touchedLen(dim int) int { return (dim + 63) / 64 }
+
+// touchAll sets the bits of all dim buckets in touched.
+func touchAll(touched []uint64, dim int) {
+	for b := 0; b < dim; b += 64 {
+		touched[b/64] |= ^uint64(0) >> max(64-(dim-b), 0)
+	}
 }
 
 // AppendWords appends the FNV-1a (64-bit) hash of each of text's words,
@@ -161,6 +193,14 @@ const (
 )
 
 func isASCII(s string) bool {
+	for ; len(s) >= 8; s = s[8:] {
+		// Eight bytes at once, one load.
+		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if x&0x8080808080808080 != 0 {
+			return false
+		}
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return false
@@ -206,12 +246,8 @@ func (h Hashed) addASCII(v []int32, text string) {
 
 // addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
 // kernel), streamed: each byte of the text closes the trigram of the two
-// before it, so no word is copied. With keep it also appends each word's
-// hash (AppendWords's) to words, made in the same pass.
-func addASCII3(v []int32, text string, words []uint64, keep bool) []uint64 {
-	if keep {
-		return addASCII3Words(v, text, words)
-	}
+// before it, so no word is copied.
+func addASCII3(v []int32, text string) {
 	mask := uint64(len(v) - 1)
 	// The two bytes before, as foldEnd gives them (3: no letter). Every
 	// byte adds to a bucket without branching: its trigram's count when
@@ -230,11 +266,32 @@ func addASCII3(v []int32, text string, words []uint64, keep bool) []uint64 {
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
 		v[x&mask] += signed(x, p1)
 	}
-	return words
 }
 
-// addASCII3Words is addASCII3 keeping the words' hashes.
-func addASCII3Words(v []int32, text string, words []uint64) []uint64 {
+// addASCII3Touched is addASCII3 setting in touched (CountsTouched) the
+// bit of each bucket it adds a count to.
+func addASCII3Touched(v []int32, touched []uint64, text string) {
+	mask := uint64(len(v) - 1)
+	p2, p1 := uint64(3), uint64(3)
+	for i := 0; i < len(text); i++ {
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		b := x & mask
+		v[b] += signed(x, p1)
+		touched[b/64] |= uint64(letter(p1)) << (b % 64)
+		p2, p1 = p1, c
+	}
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		b := x & mask
+		v[b] += signed(x, p1)
+		touched[b/64] |= 1 << (b % 64)
+	}
+}
+
+// addASCII3Words is addASCII3Touched that also appends each word's hash
+// (AppendWords's) to words, made in the same pass.
+func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []uint64 {
 	mask := uint64(len(v) - 1)
 	nw := len(words)
 	// A text of n bytes has at most n/2+1 words; each byte writes the
@@ -246,19 +303,23 @@ func addASCII3Words(v []int32, text string, words []uint64) []uint64 {
 	for i := 0; i < len(text); i++ {
 		c := uint64(foldEnd[text[i]])
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
-		v[x&mask] += signed(x, p1)
-		next := (w ^ c) * fnvPrime64
+		b := x & mask
+		v[b] += signed(x, p1)
+		touched[b/64] |= uint64(letter(p1)) << (b % 64)
 		ws[nw] = w
-		if c == 3 {
+		nw += int(letter(p1) &^ letter(c)) // a letter then not one
+		next := (w ^ c) * fnvPrime64
+		if c == 3 { // a conditional move
 			next = fnvOffset64
-			nw += int(letter(p1))
 		}
 		w = next
 		p2, p1 = p1, c
 	}
 	if p1 != 3 {
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
-		v[x&mask] += signed(x, p1)
+		b := x & mask
+		v[b] += signed(x, p1)
+		touched[b/64] |= 1 << (b % 64)
 		ws[nw] = w
 		nw++
 	}
