@@ -259,12 +259,12 @@ func addASCII3(v []int32, text string) {
 	for i := 0; i < len(text); i++ {
 		c := uint64(foldEnd[text[i]])
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
-		v[x&mask] += signed(x, p1)
+		v[x&mask] += signed(x, letterMask[uint8(p1)])
 		p2, p1 = p1, c
 	}
 	if p1 != 3 {
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
-		v[x&mask] += signed(x, p1)
+		v[x&mask] += signed(x, ^uint64(0))
 	}
 }
 
@@ -277,14 +277,15 @@ func addASCII3Touched(v []int32, touched []uint64, text string) {
 		c := uint64(foldEnd[text[i]])
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
 		b := x & mask
-		v[b] += signed(x, p1)
-		touched[b/64] |= uint64(letter(p1)) << (b % 64)
+		m1 := letterMask[uint8(p1)]
+		v[b] += signed(x, m1)
+		touched[b/64] |= m1 & (1 << (b % 64))
 		p2, p1 = p1, c
 	}
 	if p1 != 3 {
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
 		b := x & mask
-		v[b] += signed(x, p1)
+		v[b] += signed(x, ^uint64(0))
 		touched[b/64] |= 1 << (b % 64)
 	}
 }
@@ -304,10 +305,11 @@ func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []
 		c := uint64(foldEnd[text[i]])
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
 		b := x & mask
-		v[b] += signed(x, p1)
-		touched[b/64] |= uint64(letter(p1)) << (b % 64)
+		m1 := letterMask[uint8(p1)]
+		v[b] += signed(x, m1)
+		touched[b/64] |= m1 & (1 << (b % 64))
 		ws[nw] = w
-		nw += int(letter(p1) &^ letter(c)) // a letter then not one
+		nw += int(m1 &^ letterMask[uint8(c)] & 1) // a letter then not one
 		next := (w ^ c) * fnvPrime64
 		if c == 3 { // a conditional move
 			next = fnvOffset64
@@ -318,7 +320,7 @@ func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []
 	if p1 != 3 {
 		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
 		b := x & mask
-		v[b] += signed(x, p1)
+		v[b] += signed(x, ^uint64(0))
 		touched[b/64] |= 1 << (b % 64)
 		ws[nw] = w
 		nw++
@@ -326,15 +328,21 @@ func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []
 	return ws[:nw]
 }
 
-// letter is 1 when b, as foldEnd gives it, is a letter or digit, else 0.
-func letter(b uint64) int32 { return int32((b^3)+255) >> 8 }
+// letterMask is all ones for a byte foldEnd gives a letter or digit, else
+// 0.
+var letterMask = func() (t [256]uint64) {
+	for c := range t {
+		if asciiFold[c] != 0 {
+			t[c] = ^uint64(0)
+		}
+	}
+	return t
+}()
 
-// signed is the count an n-gram of hash x adds when b (foldEnd's) before
-// its last byte is a letter: +1 or -1 by the hash's top bit, else 0.
-func signed(x, b uint64) int32 {
-	one, neg := letter(b), int32(x>>63)
-	return (one ^ -neg) + neg
-}
+// signed is the count an n-gram of hash x adds, m all ones when the byte
+// before its last is a letter (letterMask), else 0: +1 or -1 by the
+// hash's top bit, or 0.
+func signed(x, m uint64) int32 { return int32(int64(x)>>63|1) & int32(m) }
 
 // foldEnd is asciiFold with the end mark 3 for anything not a letter or
 // digit, which no letter or digit folds to.
