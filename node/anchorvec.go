@@ -73,10 +73,11 @@ type hashScratch struct {
 	// whenever hashFields is not counting a field.
 	counts  []int32  // dim
 	touched []uint64 // (dim+63)/64
-	// idx and cnt hold each field's nonzero counts, dim entries a field,
-	// until the record's are copied out together.
+	// idx and code hold each field's nonzero buckets and their counts as
+	// int16 (a field whose counts do not fit is counted again), dim
+	// entries a field, until the record's are copied out together.
 	idx   []uint16
-	cnt   []int32
+	code  []int16
 	words []uint64 // a field's words' hashes, for a signature
 }
 
@@ -90,7 +91,7 @@ func newHashScratch(dim int) *hashScratch {
 func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, ns *nearSigner) hashedRecord {
 	dim := len(sc.counts)
 	if len(sc.idx) < cmb.NumFields*dim {
-		sc.idx, sc.cnt = make([]uint16, cmb.NumFields*dim), make([]int32, cmb.NumFields*dim)
+		sc.idx, sc.code = make([]uint16, cmb.NumFields*dim), make([]int16, cmb.NumFields*dim)
 	}
 	type counted struct {
 		field, nz int
@@ -111,7 +112,7 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 		} else {
 			h.CountsTouched(t, sc.counts, sc.touched)
 		}
-		idx, cnt := sc.idx[nf*dim:(nf+1)*dim], sc.cnt[nf*dim:(nf+1)*dim]
+		idx, code := sc.idx[nf*dim:(nf+1)*dim], sc.code[nf*dim:(nf+1)*dim]
 		// The touched buckets in ascending order, each cleared as it is
 		// read. Σc² in integers: Normalize's float64 sum of the same
 		// squares is exact too (a field has at most 64 Ki n-grams), so
@@ -128,7 +129,7 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 				// Every touched bucket is written at nz, which only
 				// moves past a nonzero one: some counts cancel to zero,
 				// in no order a branch could predict.
-				idx[nz], cnt[nz] = uint16(j), c
+				idx[nz], code[nz] = uint16(j), int16(c)
 				nz += int((uint32(c) | -uint32(c)) >> 31)
 				ss += int64(c) * int64(c)
 				lo, hi = min(lo, c), max(hi, c)
@@ -162,14 +163,16 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 	coded := codedBuf[:0]
 	for k := range hr {
 		c := fs[k]
-		idx, cnt := sc.idx[k*dim:k*dim+c.nz], sc.cnt[k*dim:k*dim+c.nz]
+		idx, code := sc.idx[k*dim:k*dim+c.nz], sc.code[k*dim:k*dim+c.nz]
 		f := &hr[k]
 		f.field, f.vec.Dim = c.field, dim
 		if c.lo < math.MinInt16 || c.hi > math.MaxInt16 {
+			// The codes are truncated: the field's counts are made again
+			// (a text of over 32 Ki copies of one n-gram).
 			f.c32, c32s = c32s[:dim:dim], c32s[dim:]
-			for e, j := range idx {
-				f.c32[j] = cnt[e]
-			}
+			t, _ := evaluableText(texts[c.field])
+			h.CountsTouched(t, f.c32, sc.touched)
+			clear(sc.touched)
 			f.inv = c.inv
 			for _, x := range f.c32 {
 				y := float64(float32(float64(x) * c.inv))
@@ -180,12 +183,10 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 		f.vec.Index, idxs = idxs[:c.nz:c.nz], idxs[c.nz:]
 		f.vec.Code, codes = codes[:c.nz:c.nz], codes[c.nz:]
 		copy(f.vec.Index, idx)
-		for e, x := range cnt {
-			f.vec.Code[e] = int16(x)
-		}
+		copy(f.vec.Code, code)
 		if c.hi-c.lo >= expandTable {
 			f.inv = c.inv
-			for _, x := range cnt {
+			for _, x := range code {
 				y := float64(float32(float64(x) * c.inv))
 				f.vec.NN += y * y
 			}
