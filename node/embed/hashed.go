@@ -328,8 +328,8 @@ func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []
 	return ws[:nw]
 }
 
-// letterMask is all ones for a byte foldEnd gives a letter or digit, else
-// 0.
+// letterMask is all ones at a letter or digit as foldEnd gives it, else 0
+// (at foldEnd's 3).
 var letterMask = func() (t [256]uint64) {
 	for c := range t {
 		if asciiFold[c] != 0 {
