@@ -376,7 +376,9 @@ func (n *Node) judge(ctx context.Context, rec *cmb.Record) (verdictRecord, []sto
 // is rec's hashed counts when already made (nil: made here if the hashed
 // kernel judges).
 func (n *Node) evaluate(ctx context.Context, w *hashedWork, rec *cmb.Record, texts map[string]string, hin hashedRecord, kts []store.KeyTime, now time.Time) (verdictRecord, []store.ItemAnnex, error) {
-	anchors := make([]svaf.Anchor, 0, len(kts))
+	// The anchors are built in w's slice: nothing keeps them past the
+	// verdict (its Nearest is a key's string).
+	anchors := w.anchors[:0]
 	// An anchor whose hashed counts are cached needs no read: its texts
 	// only ever make those counts.
 	w.hrs, w.missed = w.hrs[:0], w.missed[:0]
@@ -395,6 +397,7 @@ func (n *Node) evaluate(ctx context.Context, w *hashedWork, rec *cmb.Record, tex
 		anchors = append(anchors, svaf.Anchor{Key: kt.Key, Age: now.Sub(time.UnixMilli(kt.CreatedAt))})
 		w.hrs = append(w.hrs, hr)
 	}
+	w.anchors = anchors
 	// A record's age is its signed createdAt's (MMP A15), future clamped to 0.
 	age := max(now.Sub(time.UnixMilli(rec.CreatedAt)), 0)
 	var v svaf.Verdict
@@ -431,15 +434,16 @@ func (n *Node) evaluate(ctx context.Context, w *hashedWork, rec *cmb.Record, tex
 
 // hashedWork is judge's and evaluate's working memory in the hashed kernel.
 type hashedWork struct {
-	sc     *hashScratch
-	ev     svaf.Evaluator
-	hrs    []hashedRecord // the anchors', by anchor
-	missed []missedAnchor // the anchors not cached
-	pos    []int          // judge's place in each anchor's fields
-	fields []svaf.Field
-	of     []svaf.Sparse // the fields' anchor vectors
-	x      []float64     // the record's vectors, dense
-	vals   []float64     // the anchors' values not kept (hashedField.sparse)
+	sc      *hashScratch
+	ev      svaf.Evaluator
+	anchors []svaf.Anchor  // evaluate's
+	hrs     []hashedRecord // the anchors', by anchor
+	missed  []missedAnchor // the anchors not cached
+	pos     []int          // judge's place in each anchor's fields
+	fields  []svaf.Field
+	of      []svaf.Sparse // the fields' anchor vectors
+	x       []float64     // the record's vectors, dense
+	vals    []float64     // the anchors' values not kept (hashedField.sparse)
 }
 
 // missedAnchor is an anchor whose counts were not cached, with its texts.

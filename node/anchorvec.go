@@ -2,6 +2,7 @@ package node
 
 import (
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -66,16 +67,22 @@ func evaluableText(t string) (string, bool) {
 
 // hashScratch is hashFields's working memory for a kernel of dim.
 type hashScratch struct {
-	counts []int32 // dim
-	// idx and cnt hold each field's nonzero counts, dim entries a field,
-	// until the record's are copied out together.
+	// counts are a field's n-gram counts, touched a bit for each bucket
+	// of counts the field may have changed (embed.Hashed.CountsTouched):
+	// reading a field's nonzero counts clears both, so they are all zero
+	// whenever hashFields is not counting a field.
+	counts  []int32  // dim
+	touched []uint64 // (dim+63)/64
+	// idx and code hold each field's nonzero buckets and their counts as
+	// int16 (a field whose counts do not fit is counted again), dim
+	// entries a field, until the record's are copied out together.
 	idx   []uint16
-	cnt   []int32
+	code  []int16
 	words []uint64 // a field's words' hashes, for a signature
 }
 
 func newHashScratch(dim int) *hashScratch {
-	return &hashScratch{counts: make([]int32, dim)}
+	return &hashScratch{counts: make([]int32, dim), touched: make([]uint64, (dim+63)/64)}
 }
 
 // hashFields counts the n-grams of each of texts' evaluable fields, in sc
@@ -84,7 +91,7 @@ func newHashScratch(dim int) *hashScratch {
 func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, ns *nearSigner) hashedRecord {
 	dim := len(sc.counts)
 	if len(sc.idx) < cmb.NumFields*dim {
-		sc.idx, sc.cnt = make([]uint16, cmb.NumFields*dim), make([]int32, cmb.NumFields*dim)
+		sc.idx, sc.code = make([]uint16, cmb.NumFields*dim), make([]int16, cmb.NumFields*dim)
 	}
 	type counted struct {
 		field, nz int
@@ -99,29 +106,35 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 		if !ok {
 			continue
 		}
-		clear(sc.counts)
 		if ns != nil {
-			sc.words = h.CountsWords(t, sc.counts, sc.words[:0])
+			sc.words = h.CountsWords(t, sc.counts, sc.touched, sc.words[:0])
 			ns.addField(fi, sc.words)
 		} else {
-			h.Counts(t, sc.counts)
+			h.CountsTouched(t, sc.counts, sc.touched)
 		}
-		idx, cnt := sc.idx[nf*dim:(nf+1)*dim], sc.cnt[nf*dim:(nf+1)*dim]
-		// Σc² in integers: Normalize's float64 sum of the same squares is
-		// exact too (a field has at most 64 Ki n-grams), so they agree.
+		idx, code := sc.idx[nf*dim:(nf+1)*dim], sc.code[nf*dim:(nf+1)*dim]
+		// The touched buckets in ascending order, each cleared as it is
+		// read. Σc² in integers: Normalize's float64 sum of the same
+		// squares is exact too (a field has at most 64 Ki n-grams), so
+		// they agree.
 		nz := 0
-		for j, c := range sc.counts {
-			// Every bucket is written at nz, which only moves past a
-			// nonzero one: about half are zero, in no order a branch
-			// could predict.
-			idx[nz], cnt[nz] = uint16(j), c
-			nz += int((uint32(c) | -uint32(c)) >> 31)
-		}
 		var ss int64
 		var lo, hi int32 // of all the counts, zeros too
-		for _, c := range cnt[:nz] {
-			ss += int64(c) * int64(c)
-			lo, hi = min(lo, c), max(hi, c)
+		counts := sc.counts
+		for w, set := range sc.touched {
+			for ; set != 0; set &= set - 1 {
+				j := w*64 + bits.TrailingZeros64(set)
+				c := counts[j]
+				counts[j] = 0
+				// Every touched bucket is written at nz, which only
+				// moves past a nonzero one: some counts cancel to zero,
+				// in no order a branch could predict.
+				idx[nz], code[nz] = uint16(j), int16(c)
+				nz += int((uint32(c) | -uint32(c)) >> 31)
+				ss += int64(c) * int64(c)
+				lo, hi = min(lo, c), max(hi, c)
+			}
+			sc.touched[w] = 0
 		}
 		if ss == 0 {
 			continue
@@ -145,16 +158,21 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 	if n32 > 0 {
 		c32s = make([]int32, n32)
 	}
+	// The fields coded through a table, whose NN is summed after.
+	var codedBuf [cmb.NumFields]*svaf.Sparse
+	coded := codedBuf[:0]
 	for k := range hr {
 		c := fs[k]
-		idx, cnt := sc.idx[k*dim:k*dim+c.nz], sc.cnt[k*dim:k*dim+c.nz]
+		idx, code := sc.idx[k*dim:k*dim+c.nz], sc.code[k*dim:k*dim+c.nz]
 		f := &hr[k]
 		f.field, f.vec.Dim = c.field, dim
 		if c.lo < math.MinInt16 || c.hi > math.MaxInt16 {
+			// The codes are truncated: the field's counts are made again
+			// (a text of over 32 Ki copies of one n-gram).
 			f.c32, c32s = c32s[:dim:dim], c32s[dim:]
-			for e, j := range idx {
-				f.c32[j] = cnt[e]
-			}
+			t, _ := evaluableText(texts[c.field])
+			h.CountsTouched(t, f.c32, sc.touched)
+			clear(sc.touched)
 			f.inv = c.inv
 			for _, x := range f.c32 {
 				y := float64(float32(float64(x) * c.inv))
@@ -165,12 +183,10 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 		f.vec.Index, idxs = idxs[:c.nz:c.nz], idxs[c.nz:]
 		f.vec.Code, codes = codes[:c.nz:c.nz], codes[c.nz:]
 		copy(f.vec.Index, idx)
-		for e, x := range cnt {
-			f.vec.Code[e] = int16(x)
-		}
+		copy(f.vec.Code, code)
 		if c.hi-c.lo >= expandTable {
 			f.inv = c.inv
-			for _, x := range cnt {
+			for _, x := range code {
 				y := float64(float32(float64(x) * c.inv))
 				f.vec.NN += y * y
 			}
@@ -182,9 +198,38 @@ func hashFields(h embed.Hashed, texts *[cmb.NumFields]string, sc *hashScratch, n
 		for e := range f.vec.Table {
 			f.vec.Table[e] = float64(float32(float64(c.lo+int32(e)) * c.inv))
 		}
-		f.vec.NN = f.vec.Norm()
+		coded = append(coded, &f.vec)
+	}
+	for ; len(coded) >= 2; coded = coded[2:] {
+		coded[0].NN, coded[1].NN = normPair(coded[0], coded[1])
+	}
+	if len(coded) == 1 {
+		coded[0].NN = coded[0].Norm()
 	}
 	return hr
+}
+
+// normPair is the Norm of a and b, both coded through a table: each
+// sum in its own order as Norm makes it, the two side by side so that
+// neither waits on the other's additions.
+func normPair(a, b *svaf.Sparse) (na, nb float64) {
+	ca, ta, la := a.Code[:len(a.Index)], a.Table, int(a.Lo)
+	cb, tb, lb := b.Code[:len(b.Index)], b.Table, int(b.Lo)
+	n := min(len(ca), len(cb))
+	for k := range n {
+		ya, yb := ta[int(ca[k])-la], tb[int(cb[k])-lb]
+		na += ya * ya
+		nb += yb * yb
+	}
+	for _, c := range ca[n:] {
+		y := ta[int(c)-la]
+		na += y * y
+	}
+	for _, c := range cb[n:] {
+		y := tb[int(c)-lb]
+		nb += y * y
+	}
+	return na, nb
 }
 
 // sparse is f's vector as SVAF reads it, its values made in buf when they

@@ -292,6 +292,26 @@ func BenchmarkHashedCounts(b *testing.B) {
 	}
 }
 
+// BenchmarkHashedCountsWords is BenchmarkHashedCounts keeping the words'
+// hashes too (CountsWords), as SVAF counts an incoming record's fields.
+func BenchmarkHashedCountsWords(b *testing.B) {
+	r := mrand.New(mrand.NewSource(1))
+	vocab := benchtext.Vocab(r, 4096)
+	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = benchtext.Field(fmt.Sprintf("focus %d:", i), 300, vocab, z)
+	}
+	h := DefaultHashed()
+	c := make([]int32, h.Dim)
+	var words []uint64
+	touched := make([]uint64, (h.Dim+63)/64)
+	b.SetBytes(300)
+	for i := 0; b.Loop(); i++ {
+		words = h.CountsWords(texts[i%len(texts)], c, touched, words[:0])
+	}
+}
+
 // TestAppendWords: a text's word hashes are its words', as Counts reads
 // words, whatever the case, punctuation and spacing, and an ASCII word
 // hashes alike in an ASCII text and in one that is not.
@@ -317,20 +337,63 @@ func TestAppendWords(t *testing.T) {
 
 // TestCountsWords: the one pass gives Counts's counts and AppendWords's
 // hashes, appended after what words held, for ASCII and other texts, in
-// the default kernel and one the pass does not stream.
+// the default kernel and ones the pass does not stream; it and
+// CountsTouched mark every bucket whose count changed, and leave the
+// bits already set.
 func TestCountsWords(t *testing.T) {
-	texts := []string{"Parser ships friday 42", "  a, bb; CCC.\tdddd ", "x", " ,;. ", "", "parser ships café friday 42", "Zürich-Bern 3"}
-	for _, h := range []Hashed{DefaultHashed(), {N: 2, Dim: 100}} {
+	texts := []string{"Parser ships friday 42", "  a, bb; CCC.\tdddd ", "x", " ,;. ", "", "parser ships café friday 42", "Zürich-Bern 3",
+		strings.Repeat("ab ", 70) + "cd", "an ASCII text of more than eight bytes, then é", "eight b\xff"}
+	for _, h := range []Hashed{DefaultHashed(), {N: 2, Dim: 100}, {N: 3, Dim: 64}} {
+		n := (h.Dim + 63) / 64
 		for _, s := range texts {
-			want, got := make([]int32, h.Dim), make([]int32, h.Dim)
-			want[7], got[7] = 5, 5 // counts are added to
+			want, got, got2 := make([]int32, h.Dim), make([]int32, h.Dim), make([]int32, h.Dim)
+			want[7], got[7], got2[7] = 5, 5, 5 // counts are added to
 			h.Counts(s, want)
-			words := h.CountsWords(s, got, []uint64{1})
-			if !slices.Equal(got, want) {
+			touched, touched2 := make([]uint64, n), make([]uint64, n)
+			touched[n-1], touched2[n-1] = 1<<2, 1<<2 // bits are set, not cleared
+			words := h.CountsWords(s, got, touched, []uint64{1})
+			h.CountsTouched(s, got2, touched2)
+			if !slices.Equal(got, want) || !slices.Equal(got2, want) {
 				t.Errorf("%v %q: counts differ", h, s)
 			}
 			if w := append([]uint64{1}, h.AppendWords(nil, s)...); !slices.Equal(words, w) {
 				t.Errorf("%v %q: words %x, want %x", h, s, words, w)
+			}
+			for _, tb := range [][]uint64{touched, touched2} {
+				if tb[n-1]&(1<<2) == 0 {
+					t.Errorf("%v %q: a bit set before is cleared", h, s)
+				}
+				for b := range h.Dim {
+					changed := want[b] != 0
+					if b == 7 {
+						changed = want[b] != 5
+					}
+					if changed && tb[b/64]&(1<<(b%64)) == 0 {
+						t.Errorf("%v %q: bucket %d changed, not marked", h, s, b)
+					}
+				}
+				if extra := tb[n-1] >> (h.Dim % 64); h.Dim%64 != 0 && extra != 0 {
+					t.Errorf("%v %q: bits past Dim set: %x", h, s, extra)
+				}
+			}
+		}
+	}
+}
+
+// TestIsASCII: isASCII finds a byte of the upper half wherever it is.
+func TestIsASCII(t *testing.T) {
+	for n := range 20 {
+		b := []byte(strings.Repeat("a", n))
+		if !isASCII(string(b)) {
+			t.Fatalf("%d ASCII bytes: not ASCII", n)
+		}
+		for i := range b {
+			for _, c := range []byte{0x80, 0xff, 0xc3} {
+				b[i] = c
+				if isASCII(string(b)) {
+					t.Fatalf("%q: ASCII", b)
+				}
+				b[i] = 'a'
 			}
 		}
 	}

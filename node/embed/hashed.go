@@ -3,6 +3,7 @@ package embed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -62,7 +63,7 @@ func (h Hashed) Counts(text string, c []int32) {
 	c = c[:h.Dim]
 	if isASCII(text) {
 		if h.N == 3 && h.Dim&(h.Dim-1) == 0 {
-			addASCII3(c, text, nil, false)
+			addASCII3(c, text)
 		} else {
 			h.addASCII(c, text)
 		}
@@ -102,13 +103,45 @@ func (h Hashed) Counts(text string, c []int32) {
 
 // CountsWords is Counts and AppendWords at once: it adds text's n-gram
 // counts into c and appends its words' hashes to words, reading an ASCII
-// text once for both (the default kernel's).
-func (h Hashed) CountsWords(text string, c []int32, words []uint64) []uint64 {
-	if h.N == 3 && h.Dim&(h.Dim-1) == 0 && isASCII(text) {
-		return addASCII3(c[:h.Dim], text, words, true)
+// text once for both (the default kernel's). It also sets in touched the
+// bit of every bucket whose count it changed (CountsTouched).
+func (h Hashed) CountsWords(text string, c []int32, touched, words []uint64) []uint64 {
+	if h.streams(text) {
+		return addASCII3Words(c[:h.Dim], touched[:touchedLen(h.Dim)], text, words)
 	}
 	h.Counts(text, c)
+	touchAll(touched, h.Dim)
 	return h.AppendWords(words, text)
+}
+
+// CountsTouched is Counts that also sets in touched, (Dim+63)/64 words,
+// bit b%64 of touched[b/64] for every bucket b whose count it changed,
+// so a caller can read the nonzero counts without a pass over all Dim.
+// It may set bits of buckets it left unchanged: all of them for a text
+// it does not stream (not ASCII, or not the default kernel's n and Dim).
+func (h Hashed) CountsTouched(text string, c []int32, touched []uint64) {
+	if h.streams(text) {
+		addASCII3Touched(c[:h.Dim], touched[:touchedLen(h.Dim)], text)
+		return
+	}
+	h.Counts(text, c)
+	touchAll(touched, h.Dim)
+}
+
+// streams reports whether text's counts are made by addASCII3 and its
+// variants: trigrams of an ASCII text into a power-of-two Dim.
+func (h Hashed) streams(text string) bool {
+	return h.N == 3 && h.Dim&(h.Dim-1) == 0 && isASCII(text)
+}
+
+// touchedLen is how many words hold a bit for each of dim buckets.
+func touchedLen(dim int) int { return (dim + 63) / 64 }
+
+// touchAll sets the bits of all dim buckets in touched.
+func touchAll(touched []uint64, dim int) {
+	for b := 0; b < dim; b += 64 {
+		touched[b/64] |= ^uint64(0) >> max(64-(dim-b), 0)
+	}
 }
 
 // AppendWords appends the FNV-1a (64-bit) hash of each of text's words,
@@ -160,6 +193,14 @@ const (
 )
 
 func isASCII(s string) bool {
+	for ; len(s) >= 8; s = s[8:] {
+		// Eight bytes at once, one load.
+		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if x&0x8080808080808080 != 0 {
+			return false
+		}
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return false
@@ -204,48 +245,121 @@ func (h Hashed) addASCII(v []int32, text string) {
 }
 
 // addASCII3 is addASCII for trigrams into a power-of-two Dim (the default
-// kernel), streamed: each byte of a word (or its end mark) closes the
-// trigram of the two before it, so the word is never copied, and FNV-1a's
-// first step comes from a table. With keep it also appends each word's
-// hash (AppendWords's) to words, made in the same pass.
-func addASCII3(v []int32, text string, words []uint64, keep bool) []uint64 {
+// kernel), streamed: each byte of the text closes the trigram of the two
+// before it, so no word is copied.
+func addASCII3(v []int32, text string) {
 	mask := uint64(len(v) - 1)
-	add := func(x uint64) {
-		// The sign is the hash's top bit: +1 or -1 without a branch.
-		v[x&mask] += 1 - 2*int32(x>>63)
+	// The two bytes before, as foldEnd gives them (3: no letter). Every
+	// byte adds to a bucket without branching: its trigram's count when
+	// the byte before it is a letter, else 0. A word's first letter
+	// closes no trigram; a byte after a letter that is not one closes
+	// the word's last, of end mark 3; stepA makes the mark 3 before a
+	// word's first letter the start mark 2.
+	p2, p1 := uint64(3), uint64(3)
+	for i := 0; i < len(text); i++ {
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		v[x&mask] += signed(x, letterMask[uint8(p1)])
+		p2, p1 = p1, c
 	}
-	var a, b byte // the word's last two bytes
-	n := 0        // bytes of the word so far, its start mark included
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		v[x&mask] += signed(x, ^uint64(0))
+	}
+}
+
+// addASCII3Touched is addASCII3 setting in touched (CountsTouched) the
+// bit of each bucket it adds a count to.
+func addASCII3Touched(v []int32, touched []uint64, text string) {
+	mask := uint64(len(v) - 1)
+	p2, p1 := uint64(3), uint64(3)
+	for i := 0; i < len(text); i++ {
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		b := x & mask
+		m1 := letterMask[uint8(p1)]
+		v[b] += signed(x, m1)
+		touched[b/64] |= m1 & (1 << (b % 64))
+		p2, p1 = p1, c
+	}
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		b := x & mask
+		v[b] += signed(x, ^uint64(0))
+		touched[b/64] |= 1 << (b % 64)
+	}
+}
+
+// addASCII3Words is addASCII3Touched that also appends each word's hash
+// (AppendWords's) to words, made in the same pass.
+func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []uint64 {
+	mask := uint64(len(v) - 1)
+	nw := len(words)
+	// A text of n bytes has at most n/2+1 words; each byte writes the
+	// word hash so far at nw, which only moves past a finished word.
+	ws := slices.Grow(words, len(text)/2+1)
+	ws = ws[:cap(ws)]
+	p2, p1 := uint64(3), uint64(3)
 	w := uint64(fnvOffset64)
 	for i := 0; i < len(text); i++ {
-		c := asciiFold[text[i]]
-		if c == 0 {
-			if n > 1 {
-				add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
-				if keep {
-					words = append(words, w)
-				}
-			}
-			n, w = 0, fnvOffset64
-			continue
+		c := uint64(foldEnd[text[i]])
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
+		b := x & mask
+		m1 := letterMask[uint8(p1)]
+		v[b] += signed(x, m1)
+		touched[b/64] |= m1 & (1 << (b % 64))
+		ws[nw] = w
+		nw += int(m1 &^ letterMask[uint8(c)] & 1) // a letter then not one
+		next := (w ^ c) * fnvPrime64
+		if c == 3 { // a conditional move
+			next = fnvOffset64
 		}
-		w = (w ^ uint64(c)) * fnvPrime64
-		if n == 0 {
-			a, b, n = 2, c, 2 // '\x02' then c
-			continue
-		}
-		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ uint64(c)) * fnvPrime64)
-		a, b = b, c
-		n++
+		w = next
+		p2, p1 = p1, c
 	}
-	if n > 1 {
-		add(((fnvStep1[a]^uint64(b))*fnvPrime64 ^ 3) * fnvPrime64)
-		if keep {
-			words = append(words, w)
-		}
+	if p1 != 3 {
+		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
+		b := x & mask
+		v[b] += signed(x, ^uint64(0))
+		touched[b/64] |= 1 << (b % 64)
+		ws[nw] = w
+		nw++
 	}
-	return words
+	return ws[:nw]
 }
+
+// letterMask is all ones at a letter or digit as foldEnd gives it, else 0
+// (at foldEnd's 3).
+var letterMask = func() (t [256]uint64) {
+	for c := range t {
+		if asciiFold[c] != 0 {
+			t[c] = ^uint64(0)
+		}
+	}
+	return t
+}()
+
+// signed is the count an n-gram of hash x adds, m all ones when the byte
+// before its last is a letter (letterMask), else 0: +1 or -1 by the
+// hash's top bit, or 0.
+func signed(x, m uint64) int32 { return int32(int64(x)>>63|1) & int32(m) }
+
+// foldEnd is asciiFold with the end mark 3 for anything not a letter or
+// digit, which no letter or digit folds to.
+var foldEnd = func() (t [256]byte) {
+	for c := range t {
+		t[c] = max(asciiFold[c], 3)
+	}
+	return t
+}()
+
+// stepA is fnvStep1 of a trigram's first byte as foldEnd gives it: of
+// the start mark 2 for the 3 of no letter.
+var stepA = func() (t [256]uint64) {
+	t = fnvStep1
+	t[3] = fnvStep1[2]
+	return t
+}()
 
 // asciiFold maps an ASCII letter or digit to itself lowered, anything
 // else to 0 (a word boundary).
