@@ -1,6 +1,7 @@
 package cmb
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -334,6 +335,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	// Each cmb member is decoded in turn, as json.Unmarshal would: any
 	// that fails fails the frame, a null one unsets the record.
 	var rec *Record
+	var recRaw []byte
 	for _, raw := range cmbRaws {
 		var err error
 		switch {
@@ -341,6 +343,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 			rec = nil
 		case isKind(raw, '{'):
 			rec, err = decodeValid(raw, false)
+			recRaw = raw
 		default:
 			_, err = Decode(raw) // the record's own decoder refuses it
 		}
@@ -350,6 +353,12 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	}
 	if rec == nil {
 		return nil, true, fmt.Errorf("%w: cmb frame without a cmb", ErrDiscard)
+	}
+	// A record sent as Encode writes it keeps those bytes (a copy: the
+	// payload may be a reused buffer), for Canonical to return instead of
+	// encoding the record again; anything else is encoded when asked.
+	if rec.encodes(recRaw) {
+		rec.enc = bytes.Clone(recRaw)
 	}
 	f.CMB = rec
 	return f, true, nil

@@ -451,6 +451,19 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 
 // AppendJSON appends the record's JSON encoding to b.
 func (r *Record) AppendJSON(b []byte) []byte {
+	b = r.appendHead(b)
+	b = append(b, `,"fields":`...)
+	if r.Sealed != "" {
+		b = appendString(b, r.Sealed)
+	} else {
+		b = r.Fields.appendJSON(b, r.FieldsExtra)
+	}
+	return r.appendTail(b)
+}
+
+// appendHead appends the encoding's members before fields: `{"key":…`
+// up to the group and to members.
+func (r *Record) appendHead(b []byte) []byte {
 	b = append(b, `{"key":`...)
 	b = appendString(b, r.Key)
 	b = append(b, `,"createdBy":`...)
@@ -458,13 +471,12 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `,"createdAt":`...)
 	b = strconv.AppendInt(b, r.CreatedAt, 10)
 	b = appendOptional(b, `,"group":`, r.Group, r.present&hasGroup != 0)
-	b = appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
-	b = append(b, `,"fields":`...)
-	if r.Sealed != "" {
-		b = appendString(b, r.Sealed)
-	} else {
-		b = r.Fields.appendJSON(b, r.FieldsExtra)
-	}
+	return appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
+}
+
+// appendTail appends the encoding's members after fields, and its
+// closing brace.
+func (r *Record) appendTail(b []byte) []byte {
 	if r.Lineage != nil {
 		b = append(b, `,"lineage":`...)
 		b = r.Lineage.appendJSON(b)
@@ -504,35 +516,52 @@ func (r *Record) FieldsJSON() []byte {
 func (f *Fields) appendJSON(b []byte, extra Members) []byte {
 	b = append(b, '{')
 	for i := range f {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, FieldNames[i]...)
-		b = append(b, `":{"text":`...)
-		x := &f[i]
-		b = appendString(b, x.Text)
-		if x.Valence != nil {
-			b = append(b, `,"valence":`...)
-			b = appendFloat(b, *x.Valence)
-		}
-		if x.Arousal != nil {
-			b = append(b, `,"arousal":`...)
-			b = appendFloat(b, *x.Arousal)
-		}
-		if x.Vector != nil {
-			b = append(b, `,"vector":[`...)
-			for j, v := range x.Vector {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendFloat(b, v)
-			}
-			b = append(b, ']')
-		}
-		b = appendMembers(b, x.Extra, false)
-		b = append(b, '}')
+		b = appendFieldHead(b, i)
+		b = appendString(b, f[i].Text)
+		b = f[i].appendTail(b)
 	}
+	return appendFieldsTail(b, extra)
+}
+
+// appendFieldHead appends what comes before field i's text: a comma
+// after the first, its name and `:{"text":`.
+func appendFieldHead(b []byte, i int) []byte {
+	if i > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, FieldNames[i]...)
+	return append(b, `":{"text":`...)
+}
+
+// appendTail appends the members of a field's object after its text,
+// and its closing brace.
+func (x *Field) appendTail(b []byte) []byte {
+	if x.Valence != nil {
+		b = append(b, `,"valence":`...)
+		b = appendFloat(b, *x.Valence)
+	}
+	if x.Arousal != nil {
+		b = append(b, `,"arousal":`...)
+		b = appendFloat(b, *x.Arousal)
+	}
+	if x.Vector != nil {
+		b = append(b, `,"vector":[`...)
+		for j, v := range x.Vector {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendFloat(b, v)
+		}
+		b = append(b, ']')
+	}
+	b = appendMembers(b, x.Extra, false)
+	return append(b, '}')
+}
+
+// appendFieldsTail appends the fields object's members beyond the seven
+// and its closing brace.
+func appendFieldsTail(b []byte, extra Members) []byte {
 	b = appendMembers(b, extra, false)
 	return append(b, '}')
 }

@@ -45,6 +45,7 @@ func (r *Record) Sign(priv ed25519.PrivateKey) error {
 	r.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, r.SigPayload()))
 	r.SigAlg = SigAlg
 	r.present |= hasSig | hasSigAlg
+	r.enc = nil
 	return nil
 }
 
