@@ -169,14 +169,16 @@ func (*ErrorFrame) FrameType() string { return TypeError }
 // ParseFrame decodes one frame payload. A payload to drop silently returns an
 // error wrapping ErrDiscard; an unknown type returns *Unknown and no error.
 func ParseFrame(payload []byte) (Frame, error) {
-	var head struct {
-		Type *string `json:"type"`
-	}
 	if len(payload) == 0 || payload[0] != '{' {
 		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrDiscard)
 	}
 	if f, ok, err := parseCMBFrame(payload); ok {
 		return f, err
+	}
+	// Declared here, not above: json.Unmarshal moves it to the heap, which
+	// a cmb frame has no need of.
+	var head struct {
+		Type *string `json:"type"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDiscard, err)

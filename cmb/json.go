@@ -115,15 +115,21 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 		r.Sealed = s
 		return nil
 	}
-	decodeFields := decodeFieldsValid
 	if draft {
-		decodeFields = decodeDraftFieldsValid
+		f, extra, err := decodeDraftFieldsValid(raw)
+		if err != nil {
+			return err
+		}
+		r.Fields, r.FieldsExtra = *f, extra
+		return nil
 	}
-	f, extra, err := decodeFields(raw)
+	// A record's fields are decoded in place (a record that fails is
+	// dropped): a Fields decoded apart and copied in would be allocated.
+	extra, err := decodeFieldsInto(&r.Fields, raw)
 	if err != nil {
 		return err
 	}
-	r.Fields, r.FieldsExtra = *f, extra
+	r.FieldsExtra = extra
 	return nil
 }
 
@@ -198,19 +204,29 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 }
 
 func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
-	var buf [NumFields + 1]member
-	obj, err := decodeObject(buf[:0], raw, "fields", "an object")
+	var f Fields
+	extra, err := decodeFieldsInto(&f, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	var f Fields
+	return &f, extra, nil
+}
+
+// decodeFieldsInto is decodeFieldsValid decoding into *f, which is left
+// partly set on an error.
+func decodeFieldsInto(f *Fields, raw []byte) (Members, error) {
+	var buf [NumFields + 1]member
+	obj, err := decodeObject(buf[:0], raw, "fields", "an object")
+	if err != nil {
+		return nil, err
+	}
 	for i, name := range FieldNames {
 		v, ok := lookup(obj, name)
 		if !ok {
-			return nil, nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
+			return nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
 		}
 		if err := decodeField(&f[i], v, name); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	var extra Members
@@ -222,7 +238,7 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 		}
 		sortMembers(extra)
 	}
-	return &f, extra, nil
+	return extra, nil
 }
 
 // decodeField decodes field name's object raw. Its path in the record
