@@ -221,7 +221,8 @@ func TestValidJSONLongStrings(t *testing.T) {
 		for p := 0; p <= n; p++ {
 			for _, c := range specials {
 				body := strings.Repeat("a", p) + c + strings.Repeat("b", n-p)
-				for _, doc := range []string{`"` + body + `"`, `{"k":"` + body + `","z":1}`, `"` + body} {
+				run := strings.Repeat("a", p) + strings.Repeat(c, 1+n%5) + `\n` + strings.Repeat("b", n-p)
+				for _, doc := range []string{`"` + body + `"`, `{"k":"` + body + `","z":1}`, `"` + body, `"` + run + `"`, `"` + run} {
 					if got, want := ValidJSON([]byte(doc)), json.Valid([]byte(doc)); got != want {
 						t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", doc, got, want)
 					}
