@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -228,6 +229,59 @@ func TestValidJSONLongStrings(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// What validation noted of where values end is where scanning finds them,
+// and a frame's record decodes with it as without.
+func TestValueEnds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 100 {
+		r := randomRecord(t, rng)
+		payload, err := MarshalFrame(&CMBFrame{Timestamp: 1, CMB: r, PublicKey: "pk"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// White space inside, so ends are not only what Encode writes.
+		if i%2 == 1 {
+			payload = bytes.ReplaceAll(payload, []byte(`":{`), []byte(`": {`))
+		}
+		var ends valueEnds
+		if !validJSON(payload, &ends) {
+			t.Fatalf("case %d: not valid\n%s", i, payload)
+		}
+		if ends.n == 0 {
+			t.Fatalf("case %d: no value ends noted", i)
+		}
+		found := 0
+		for j, c := range payload {
+			if c != '{' && c != '[' {
+				continue
+			}
+			if e, ok := ends.end(payload, j); ok {
+				found++
+				if want := skipValue(payload, j, nil); e != want {
+					t.Fatalf("case %d: value at %d ends at %d, noted %d", i, j, want, e)
+				}
+			}
+		}
+		if found != ends.n {
+			t.Fatalf("case %d: %d of %d noted ends found", i, found, ends.n)
+		}
+		raw := payload[bytes.Index(payload, []byte(`"cmb":`))+6:]
+		raw = raw[skipSpace(raw, 0):]
+		raw = raw[:skipValue(raw, 0, nil)]
+		got, err := decodeValid(raw, false, &ends)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Encode(), want.Encode()) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("case %d: decoded with noted ends differs", i)
 		}
 	}
 }

@@ -269,7 +269,8 @@ func MarshalFrame(f Frame) ([]byte, error) {
 // for its members, and the record a third time. Members are matched as
 // json.Unmarshal matches a struct's (names folded, the last one winning).
 func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
-	if !ValidJSON(payload) {
+	var ends valueEnds
+	if !validJSON(payload, &ends) {
 		return nil, false, nil
 	}
 	var typ []byte
@@ -277,7 +278,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	var cmbBuf [1][]byte
 	var restBuf [6]member
 	cmbRaws, rest := cmbBuf[:0], restBuf[:0]
-	eachMember(payload, func(name string, v []byte) {
+	eachMemberEnds(payload, &ends, func(name string, v []byte) {
 		switch {
 		case strings.EqualFold(name, "type"):
 			typ = v
@@ -344,7 +345,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 		case string(raw) == "null":
 			rec = nil
 		case isKind(raw, '{'):
-			rec, err = decodeValid(raw, false)
+			rec, err = decodeValid(raw, false, &ends)
 			recRaw = raw
 		default:
 			_, err = Decode(raw) // the record's own decoder refuses it

@@ -32,17 +32,18 @@ func decode(data []byte, draft bool) (*Record, error) {
 		}
 		return nil, newError(ReasonBadRecord, "record is null", nil)
 	}
-	return decodeValid(data, draft)
+	return decodeValid(data, draft, nil)
 }
 
 // recordMembers is room for the members of a record as cmbnode writes
 // one (more are allocated).
 const recordMembers = 12
 
-// decodeValid is decode of a valid JSON object.
-func decodeValid(data []byte, draft bool) (*Record, error) {
+// decodeValid is decode of a valid JSON object, whose validation noted
+// where some of its values end in ends (which may be nil).
+func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
 	var buf [recordMembers]member
-	obj := appendObjectMembers(buf[:0], data)
+	obj := appendObjectMembersEnds(buf[:0], data, ends)
 	r := &Record{}
 	var err error
 	required := []string{"key", "createdBy", "createdAt", "fields"}
@@ -76,7 +77,7 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 			r.SigAlg, err = decodeString(raw, "sigAlg")
 			r.present |= hasSigAlg
 		case "fields":
-			err = decodeFieldsMember(r, raw, draft)
+			err = decodeFieldsMember(r, raw, draft, ends)
 		case "lineage":
 			r.present |= hasLineage
 			r.Lineage, err = decodeLineage(raw)
@@ -102,7 +103,7 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 	return r, nil
 }
 
-func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
+func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueEnds) error {
 	if isKind(raw, '"') {
 		// E2E in transit: fields is ciphertext (MMP §18.2.1).
 		s, err := decodeString(raw, "fields")
@@ -125,7 +126,7 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 	}
 	// A record's fields are decoded in place (a record that fails is
 	// dropped): a Fields decoded apart and copied in would be allocated.
-	extra, err := decodeFieldsInto(&r.Fields, raw)
+	extra, err := decodeFieldsInto(&r.Fields, raw, ends)
 	if err != nil {
 		return err
 	}
@@ -205,7 +206,7 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 
 func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 	var f Fields
-	extra, err := decodeFieldsInto(&f, raw)
+	extra, err := decodeFieldsInto(&f, raw, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -213,13 +214,13 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 }
 
 // decodeFieldsInto is decodeFieldsValid decoding into *f, which is left
-// partly set on an error.
-func decodeFieldsInto(f *Fields, raw []byte) (Members, error) {
+// partly set on an error, stepping over the field objects ends knows.
+func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds) (Members, error) {
 	var buf [NumFields + 1]member
-	obj, err := decodeObject(buf[:0], raw, "fields", "an object")
-	if err != nil {
-		return nil, err
+	if !isKind(raw, '{') {
+		return nil, typeError("fields", "an object")
 	}
+	obj := appendObjectMembersEnds(buf[:0], raw, ends)
 	for i, name := range FieldNames {
 		v, ok := lookup(obj, name)
 		if !ok {

@@ -22,12 +22,16 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipValue returns the end of the valid JSON value starting at b[i].
-func skipValue(b []byte, i int) int {
+// skipValue returns the end of the valid JSON value starting at b[i],
+// from ends when it knows it (ends may be nil).
+func skipValue(b []byte, i int, ends *valueEnds) int {
 	switch b[i] {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
+		if end, ok := ends.end(b, i); ok {
+			return end
+		}
 		depth := 0
 		for ; i < len(b); i++ {
 			switch b[i] {
@@ -105,9 +109,15 @@ const indexedMembers = 16
 // Decoders pass a small array of their stack as ms: a record's objects
 // are taken apart without allocating.
 func appendObjectMembers(ms []member, raw []byte) []member {
+	return appendObjectMembersEnds(ms, raw, nil)
+}
+
+// appendObjectMembersEnds is appendObjectMembers stepping over the values
+// ends knows without scanning them.
+func appendObjectMembersEnds(ms []member, raw []byte, ends *valueEnds) []member {
 	base := len(ms)
 	var index map[string]int
-	eachMember(raw, func(name string, v []byte) {
+	eachMemberEnds(raw, ends, func(name string, v []byte) {
 		if index != nil {
 			if j, ok := index[name]; ok {
 				ms[j].v = v
@@ -146,14 +156,18 @@ func lookup(ms []member, name string) ([]byte, bool) {
 
 // eachMember calls fn with each member of the valid JSON object raw, in
 // order.
-func eachMember(raw []byte, fn func(name string, v []byte)) {
+func eachMember(raw []byte, fn func(name string, v []byte)) { eachMemberEnds(raw, nil, fn) }
+
+// eachMemberEnds is eachMember stepping over the values ends knows
+// without scanning them.
+func eachMemberEnds(raw []byte, ends *valueEnds, fn func(name string, v []byte)) {
 	i := skipSpace(raw, 1)
 	for i < len(raw) && raw[i] == '"' {
 		end := skipString(raw, i)
 		name := memberName(raw[i:end])
 		i = skipSpace(raw, end)
 		i = skipSpace(raw, i+1) // the colon
-		vend := skipValue(raw, i)
+		vend := skipValue(raw, i, ends)
 		fn(name, raw[i:vend:vend])
 		i = skipSpace(raw, vend)
 		if i < len(raw) && raw[i] == ',' {

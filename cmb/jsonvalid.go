@@ -8,9 +8,48 @@ import "encoding/binary"
 // the bytes of a string in a tight loop: request lines and frames are
 // mostly text, which json.Valid's byte-at-a-time state machine reads
 // several times slower.
-func ValidJSON(data []byte) bool {
-	i, ok := validValue(data, skipSpace(data, 0), 0)
+func ValidJSON(data []byte) bool { return validJSON(data, nil) }
+
+// validJSON is ValidJSON noting in ends where objects and arrays end
+// (ends may be nil).
+func validJSON(data []byte, ends *valueEnds) bool {
+	i, ok := validValue(data, skipSpace(data, 0), 0, ends)
 	return ok && skipSpace(data, i) == len(data)
+}
+
+// valueEnds are where some of the objects and arrays of a valid document
+// end, as its validation found them, so that reading the document does
+// not scan them again to step over them: those nested two to
+// maxEndsDepth deep (a cmb frame's record, its fields and each field), as
+// many as fit. Each is known by the address of its first byte.
+type valueEnds struct {
+	n     int
+	start [24]*byte
+	size  [24]int
+}
+
+// maxEndsDepth is the deepest nesting valueEnds notes.
+const maxEndsDepth = 4
+
+func (t *valueEnds) add(b []byte, i, end, depth int) {
+	if t != nil && depth >= 2 && depth <= maxEndsDepth && t.n < len(t.start) {
+		t.start[t.n], t.size[t.n] = &b[i], end-i
+		t.n++
+	}
+}
+
+// end is the end of the object or array starting at b[i], if t noted it.
+func (t *valueEnds) end(b []byte, i int) (int, bool) {
+	if t == nil {
+		return 0, false
+	}
+	p := &b[i]
+	for k := range t.n {
+		if t.start[k] == p && i+t.size[k] <= len(b) {
+			return i + t.size[k], true
+		}
+	}
+	return 0, false
 }
 
 // maxJSONDepth is encoding/json's nesting limit (its scanner's
@@ -19,7 +58,7 @@ const maxJSONDepth = 10000
 
 // validValue checks the value starting at b[i], at nesting depth (the
 // objects and arrays around it), and returns its end.
-func validValue(b []byte, i, depth int) (int, bool) {
+func validValue(b []byte, i, depth int, ends *valueEnds) (int, bool) {
 	if i >= len(b) {
 		return i, false
 	}
@@ -30,7 +69,11 @@ func validValue(b []byte, i, depth int) (int, bool) {
 		if depth >= maxJSONDepth {
 			return i, false
 		}
-		return validComposite(b, i, depth+1)
+		end, ok := validComposite(b, i, depth+1, ends)
+		if ok {
+			ends.add(b, i, end, depth+1)
+		}
+		return end, ok
 	case c == '-' || (c >= '0' && c <= '9'):
 		return validNumber(b, i)
 	case c == 't':
@@ -44,7 +87,7 @@ func validValue(b []byte, i, depth int) (int, bool) {
 }
 
 // validComposite checks the object or array starting at b[i].
-func validComposite(b []byte, i, depth int) (int, bool) {
+func validComposite(b []byte, i, depth int, ends *valueEnds) (int, bool) {
 	obj := b[i] == '{'
 	end := byte(']')
 	if obj {
@@ -69,7 +112,7 @@ func validComposite(b []byte, i, depth int) (int, bool) {
 			}
 			i = skipSpace(b, i+1)
 		}
-		if i, ok = validValue(b, i, depth); !ok {
+		if i, ok = validValue(b, i, depth, ends); !ok {
 			return i, false
 		}
 		i = skipSpace(b, i)
