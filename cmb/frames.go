@@ -291,7 +291,12 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	if !isKind(typ, '"') || unquote(typ) != TypeCMB {
 		return nil, false, nil
 	}
-	f := &CMBFrame{}
+	// The frame and its record are allocated together.
+	both := &struct {
+		f CMBFrame
+		r Record
+	}{}
+	f := &both.f
 	for _, m := range rest {
 		var dst any
 		switch name := m.name; {
@@ -345,8 +350,9 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 		case string(raw) == "null":
 			rec = nil
 		case isKind(raw, '{'):
-			rec, err = decodeValid(raw, false, &ends)
-			recRaw = raw
+			both.r = Record{}
+			rec, recRaw = &both.r, raw
+			err = decodeValidInto(rec, raw, false, &ends)
 		default:
 			_, err = Decode(raw) // the record's own decoder refuses it
 		}

@@ -42,9 +42,18 @@ const recordMembers = 12
 // decodeValid is decode of a valid JSON object, whose validation noted
 // where some of its values end in ends (which may be nil).
 func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
+	r := &Record{}
+	if err := decodeValidInto(r, data, draft, ends); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeValidInto is decodeValid into *r, a zero Record, which is left
+// partly set on an error.
+func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds) error {
 	var buf [recordMembers]member
 	obj := appendObjectMembersEnds(buf[:0], data, ends)
-	r := &Record{}
 	var err error
 	required := []string{"key", "createdBy", "createdAt", "fields"}
 	if draft {
@@ -52,7 +61,7 @@ func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
 	}
 	for _, req := range required {
 		if _, ok := lookup(obj, req); !ok {
-			return nil, newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
+			return newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
 		}
 	}
 	for _, m := range obj {
@@ -93,14 +102,14 @@ func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
 			r.Extra = append(r.Extra, Member{Name: name, Value: append(json.RawMessage(nil), raw...)})
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 	sortMembers(r.Extra)
 	if r.Sealed != "" && r.SealNonce() == "" {
-		return nil, newError(ReasonBadRecord, "fields are ciphertext but no _e2e.nonce is present", nil)
+		return newError(ReasonBadRecord, "fields are ciphertext but no _e2e.nonce is present", nil)
 	}
-	return r, nil
+	return nil
 }
 
 func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueEnds) error {
