@@ -1,6 +1,7 @@
 package cmb
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,14 +169,16 @@ func (*ErrorFrame) FrameType() string { return TypeError }
 // ParseFrame decodes one frame payload. A payload to drop silently returns an
 // error wrapping ErrDiscard; an unknown type returns *Unknown and no error.
 func ParseFrame(payload []byte) (Frame, error) {
-	var head struct {
-		Type *string `json:"type"`
-	}
 	if len(payload) == 0 || payload[0] != '{' {
 		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrDiscard)
 	}
 	if f, ok, err := parseCMBFrame(payload); ok {
 		return f, err
+	}
+	// Declared here, not above: json.Unmarshal moves it to the heap, which
+	// a cmb frame has no need of.
+	var head struct {
+		Type *string `json:"type"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDiscard, err)
@@ -266,7 +269,8 @@ func MarshalFrame(f Frame) ([]byte, error) {
 // for its members, and the record a third time. Members are matched as
 // json.Unmarshal matches a struct's (names folded, the last one winning).
 func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
-	if !ValidJSON(payload) {
+	var ends valueEnds
+	if !validJSON(payload, &ends) {
 		return nil, false, nil
 	}
 	var typ []byte
@@ -274,7 +278,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	var cmbBuf [1][]byte
 	var restBuf [6]member
 	cmbRaws, rest := cmbBuf[:0], restBuf[:0]
-	eachMember(payload, func(name string, v []byte) {
+	eachMemberEnds(payload, &ends, func(name string, v []byte) {
 		switch {
 		case strings.EqualFold(name, "type"):
 			typ = v
@@ -287,7 +291,12 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	if !isKind(typ, '"') || unquote(typ) != TypeCMB {
 		return nil, false, nil
 	}
-	f := &CMBFrame{}
+	// The frame and its record are allocated together.
+	both := &struct {
+		f CMBFrame
+		r Record
+	}{}
+	f := &both.f
 	for _, m := range rest {
 		var dst any
 		switch name := m.name; {
@@ -334,13 +343,16 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	// Each cmb member is decoded in turn, as json.Unmarshal would: any
 	// that fails fails the frame, a null one unsets the record.
 	var rec *Record
+	var recRaw []byte
 	for _, raw := range cmbRaws {
 		var err error
 		switch {
 		case string(raw) == "null":
 			rec = nil
 		case isKind(raw, '{'):
-			rec, err = decodeValid(raw, false)
+			both.r = Record{}
+			rec, recRaw = &both.r, raw
+			err = decodeValidInto(rec, raw, false, &ends)
 		default:
 			_, err = Decode(raw) // the record's own decoder refuses it
 		}
@@ -350,6 +362,12 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	}
 	if rec == nil {
 		return nil, true, fmt.Errorf("%w: cmb frame without a cmb", ErrDiscard)
+	}
+	// A record sent as Encode writes it keeps those bytes (a copy: the
+	// payload may be a reused buffer), for Canonical to return instead of
+	// encoding the record again; anything else is encoded when asked.
+	if rec.encodes(recRaw) {
+		rec.enc = bytes.Clone(recRaw)
 	}
 	f.CMB = rec
 	return f, true, nil

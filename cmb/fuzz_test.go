@@ -60,6 +60,9 @@ func FuzzParseFrame(f *testing.F) {
 		if _, ok := fr.(*Unknown); ok {
 			return
 		}
+		if cf, ok := fr.(*CMBFrame); ok && !bytes.Equal(cf.CMB.Canonical(), cf.CMB.Encode()) {
+			t.Fatalf("Canonical differs from Encode\n got %s\nwant %s", cf.CMB.Canonical(), cf.CMB.Encode())
+		}
 		out, err := MarshalFrame(fr)
 		if err != nil {
 			t.Fatalf("cannot re-marshal a parsed frame: %v", err)
@@ -83,6 +86,17 @@ func FuzzDecodeRecord(f *testing.F) {
 			return
 		}
 		out := r.Encode()
+		// In a frame, the record keeps its bytes exactly when they are
+		// Encode's.
+		if fr, err := ParseFrame(cmbFrameOf(data)); err == nil {
+			p := fr.(*CMBFrame).CMB
+			if !bytes.Equal(p.Canonical(), out) {
+				t.Fatalf("Canonical differs from Encode\n got %s\nwant %s", p.Canonical(), out)
+			}
+			if (p.enc != nil) != bytes.Equal(trimJSON(data), out) {
+				t.Fatalf("kept bytes: %v, but the record is canonical: %v\n%s", p.enc != nil, bytes.Equal(trimJSON(data), out), data)
+			}
+		}
 		r2, err := Decode(out)
 		if err != nil {
 			t.Fatalf("own encoding does not decode: %v\n%s", err, out)

@@ -32,18 +32,28 @@ func decode(data []byte, draft bool) (*Record, error) {
 		}
 		return nil, newError(ReasonBadRecord, "record is null", nil)
 	}
-	return decodeValid(data, draft)
+	return decodeValid(data, draft, nil)
 }
 
 // recordMembers is room for the members of a record as cmbnode writes
 // one (more are allocated).
 const recordMembers = 12
 
-// decodeValid is decode of a valid JSON object.
-func decodeValid(data []byte, draft bool) (*Record, error) {
-	var buf [recordMembers]member
-	obj := appendObjectMembers(buf[:0], data)
+// decodeValid is decode of a valid JSON object, whose validation noted
+// where some of its values end in ends (which may be nil).
+func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
 	r := &Record{}
+	if err := decodeValidInto(r, data, draft, ends); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeValidInto is decodeValid into *r, a zero Record, which is left
+// partly set on an error.
+func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds) error {
+	var buf [recordMembers]member
+	obj := appendObjectMembersEnds(buf[:0], data, ends)
 	var err error
 	required := []string{"key", "createdBy", "createdAt", "fields"}
 	if draft {
@@ -51,7 +61,7 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 	}
 	for _, req := range required {
 		if _, ok := lookup(obj, req); !ok {
-			return nil, newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
+			return newError(ReasonBadRecord, "missing member "+strconv.Quote(req), nil)
 		}
 	}
 	for _, m := range obj {
@@ -76,7 +86,7 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 			r.SigAlg, err = decodeString(raw, "sigAlg")
 			r.present |= hasSigAlg
 		case "fields":
-			err = decodeFieldsMember(r, raw, draft)
+			err = decodeFieldsMember(r, raw, draft, ends)
 		case "lineage":
 			r.present |= hasLineage
 			r.Lineage, err = decodeLineage(raw)
@@ -92,17 +102,17 @@ func decodeValid(data []byte, draft bool) (*Record, error) {
 			r.Extra = append(r.Extra, Member{Name: name, Value: append(json.RawMessage(nil), raw...)})
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 	sortMembers(r.Extra)
 	if r.Sealed != "" && r.SealNonce() == "" {
-		return nil, newError(ReasonBadRecord, "fields are ciphertext but no _e2e.nonce is present", nil)
+		return newError(ReasonBadRecord, "fields are ciphertext but no _e2e.nonce is present", nil)
 	}
-	return r, nil
+	return nil
 }
 
-func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
+func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueEnds) error {
 	if isKind(raw, '"') {
 		// E2E in transit: fields is ciphertext (MMP §18.2.1).
 		s, err := decodeString(raw, "fields")
@@ -115,15 +125,21 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool) error {
 		r.Sealed = s
 		return nil
 	}
-	decodeFields := decodeFieldsValid
 	if draft {
-		decodeFields = decodeDraftFieldsValid
+		f, extra, err := decodeDraftFieldsValid(raw)
+		if err != nil {
+			return err
+		}
+		r.Fields, r.FieldsExtra = *f, extra
+		return nil
 	}
-	f, extra, err := decodeFields(raw)
+	// A record's fields are decoded in place (a record that fails is
+	// dropped): a Fields decoded apart and copied in would be allocated.
+	extra, err := decodeFieldsInto(&r.Fields, raw, ends)
 	if err != nil {
 		return err
 	}
-	r.Fields, r.FieldsExtra = *f, extra
+	r.FieldsExtra = extra
 	return nil
 }
 
@@ -198,19 +214,29 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 }
 
 func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
-	var buf [NumFields + 1]member
-	obj, err := decodeObject(buf[:0], raw, "fields", "an object")
+	var f Fields
+	extra, err := decodeFieldsInto(&f, raw, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	var f Fields
+	return &f, extra, nil
+}
+
+// decodeFieldsInto is decodeFieldsValid decoding into *f, which is left
+// partly set on an error, stepping over the field objects ends knows.
+func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds) (Members, error) {
+	var buf [NumFields + 1]member
+	if !isKind(raw, '{') {
+		return nil, typeError("fields", "an object")
+	}
+	obj := appendObjectMembersEnds(buf[:0], raw, ends)
 	for i, name := range FieldNames {
 		v, ok := lookup(obj, name)
 		if !ok {
-			return nil, nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
+			return nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
 		}
 		if err := decodeField(&f[i], v, name); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	var extra Members
@@ -222,7 +248,7 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 		}
 		sortMembers(extra)
 	}
-	return &f, extra, nil
+	return extra, nil
 }
 
 // decodeField decodes field name's object raw. Its path in the record
@@ -451,6 +477,19 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 
 // AppendJSON appends the record's JSON encoding to b.
 func (r *Record) AppendJSON(b []byte) []byte {
+	b = r.appendHead(b)
+	b = append(b, `,"fields":`...)
+	if r.Sealed != "" {
+		b = appendString(b, r.Sealed)
+	} else {
+		b = r.Fields.appendJSON(b, r.FieldsExtra)
+	}
+	return r.appendTail(b)
+}
+
+// appendHead appends the encoding's members before fields: `{"key":…`
+// up to the group and to members.
+func (r *Record) appendHead(b []byte) []byte {
 	b = append(b, `{"key":`...)
 	b = appendString(b, r.Key)
 	b = append(b, `,"createdBy":`...)
@@ -458,13 +497,12 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `,"createdAt":`...)
 	b = strconv.AppendInt(b, r.CreatedAt, 10)
 	b = appendOptional(b, `,"group":`, r.Group, r.present&hasGroup != 0)
-	b = appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
-	b = append(b, `,"fields":`...)
-	if r.Sealed != "" {
-		b = appendString(b, r.Sealed)
-	} else {
-		b = r.Fields.appendJSON(b, r.FieldsExtra)
-	}
+	return appendOptional(b, `,"to":`, r.To, r.present&hasTo != 0)
+}
+
+// appendTail appends the encoding's members after fields, and its
+// closing brace.
+func (r *Record) appendTail(b []byte) []byte {
 	if r.Lineage != nil {
 		b = append(b, `,"lineage":`...)
 		b = r.Lineage.appendJSON(b)
@@ -504,35 +542,52 @@ func (r *Record) FieldsJSON() []byte {
 func (f *Fields) appendJSON(b []byte, extra Members) []byte {
 	b = append(b, '{')
 	for i := range f {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, FieldNames[i]...)
-		b = append(b, `":{"text":`...)
-		x := &f[i]
-		b = appendString(b, x.Text)
-		if x.Valence != nil {
-			b = append(b, `,"valence":`...)
-			b = appendFloat(b, *x.Valence)
-		}
-		if x.Arousal != nil {
-			b = append(b, `,"arousal":`...)
-			b = appendFloat(b, *x.Arousal)
-		}
-		if x.Vector != nil {
-			b = append(b, `,"vector":[`...)
-			for j, v := range x.Vector {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendFloat(b, v)
-			}
-			b = append(b, ']')
-		}
-		b = appendMembers(b, x.Extra, false)
-		b = append(b, '}')
+		b = appendFieldHead(b, i)
+		b = appendString(b, f[i].Text)
+		b = f[i].appendTail(b)
 	}
+	return appendFieldsTail(b, extra)
+}
+
+// appendFieldHead appends what comes before field i's text: a comma
+// after the first, its name and `:{"text":`.
+func appendFieldHead(b []byte, i int) []byte {
+	if i > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, FieldNames[i]...)
+	return append(b, `":{"text":`...)
+}
+
+// appendTail appends the members of a field's object after its text,
+// and its closing brace.
+func (x *Field) appendTail(b []byte) []byte {
+	if x.Valence != nil {
+		b = append(b, `,"valence":`...)
+		b = appendFloat(b, *x.Valence)
+	}
+	if x.Arousal != nil {
+		b = append(b, `,"arousal":`...)
+		b = appendFloat(b, *x.Arousal)
+	}
+	if x.Vector != nil {
+		b = append(b, `,"vector":[`...)
+		for j, v := range x.Vector {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendFloat(b, v)
+		}
+		b = append(b, ']')
+	}
+	b = appendMembers(b, x.Extra, false)
+	return append(b, '}')
+}
+
+// appendFieldsTail appends the fields object's members beyond the seven
+// and its closing brace.
+func appendFieldsTail(b []byte, extra Members) []byte {
 	b = appendMembers(b, extra, false)
 	return append(b, '}')
 }

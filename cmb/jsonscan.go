@@ -22,12 +22,16 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipValue returns the end of the valid JSON value starting at b[i].
-func skipValue(b []byte, i int) int {
+// skipValue returns the end of the valid JSON value starting at b[i],
+// from ends when it knows it (ends may be nil).
+func skipValue(b []byte, i int, ends *valueEnds) int {
 	switch b[i] {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
+		if end, ok := ends.end(b, i); ok {
+			return end
+		}
 		depth := 0
 		for ; i < len(b); i++ {
 			switch b[i] {
@@ -105,9 +109,15 @@ const indexedMembers = 16
 // Decoders pass a small array of their stack as ms: a record's objects
 // are taken apart without allocating.
 func appendObjectMembers(ms []member, raw []byte) []member {
+	return appendObjectMembersEnds(ms, raw, nil)
+}
+
+// appendObjectMembersEnds is appendObjectMembers stepping over the values
+// ends knows without scanning them.
+func appendObjectMembersEnds(ms []member, raw []byte, ends *valueEnds) []member {
 	base := len(ms)
 	var index map[string]int
-	eachMember(raw, func(name string, v []byte) {
+	eachMemberEnds(raw, ends, func(name string, v []byte) {
 		if index != nil {
 			if j, ok := index[name]; ok {
 				ms[j].v = v
@@ -146,14 +156,18 @@ func lookup(ms []member, name string) ([]byte, bool) {
 
 // eachMember calls fn with each member of the valid JSON object raw, in
 // order.
-func eachMember(raw []byte, fn func(name string, v []byte)) {
+func eachMember(raw []byte, fn func(name string, v []byte)) { eachMemberEnds(raw, nil, fn) }
+
+// eachMemberEnds is eachMember stepping over the values ends knows
+// without scanning them.
+func eachMemberEnds(raw []byte, ends *valueEnds, fn func(name string, v []byte)) {
 	i := skipSpace(raw, 1)
 	for i < len(raw) && raw[i] == '"' {
 		end := skipString(raw, i)
 		name := memberName(raw[i:end])
 		i = skipSpace(raw, end)
 		i = skipSpace(raw, i+1) // the colon
-		vend := skipValue(raw, i)
+		vend := skipValue(raw, i, ends)
 		fn(name, raw[i:vend:vend])
 		i = skipSpace(raw, vend)
 		if i < len(raw) && raw[i] == ',' {
@@ -176,33 +190,84 @@ func StringValue(raw []byte) (s string, ok bool) {
 // memberName is the member name q (a valid JSON string) decoded: one of
 // the names records, their fields, frames and socket requests use is
 // that name's constant, so decoding a record does not allocate its two
-// dozen member names again; any other name is unquoted.
+// dozen member names again; any other name is unquoted. (A switch, which
+// the compiler makes a search by length and bytes: cheaper than hashing
+// every name for a map.)
 func memberName(q []byte) string {
-	if s, ok := knownNames[string(q[1:len(q)-1])]; ok {
-		return s
+	switch string(q[1 : len(q)-1]) {
+	case "focus":
+		return "focus"
+	case "issue":
+		return "issue"
+	case "intent":
+		return "intent"
+	case "motivation":
+		return "motivation"
+	case "commitment":
+		return "commitment"
+	case "perspective":
+		return "perspective"
+	case "mood":
+		return "mood"
+	case "key":
+		return "key"
+	case "createdBy":
+		return "createdBy"
+	case "createdAt":
+		return "createdAt"
+	case "group":
+		return "group"
+	case "to":
+		return "to"
+	case "fields":
+		return "fields"
+	case "lineage":
+		return "lineage"
+	case "parents":
+		return "parents"
+	case "ancestors":
+		return "ancestors"
+	case "method":
+		return "method"
+	case "sig":
+		return "sig"
+	case "sigAlg":
+		return "sigAlg"
+	case "tether":
+		return "tether"
+	case "_e2e":
+		return "_e2e"
+	case "text":
+		return "text"
+	case "vector":
+		return "vector"
+	case "valence":
+		return "valence"
+	case "arousal":
+		return "arousal"
+	case "type":
+		return "type"
+	case "id":
+		return "id"
+	case "cmb":
+		return "cmb"
+	case "timestamp":
+		return "timestamp"
+	case "publicKey":
+		return "publicKey"
+	case "e2ePublicKey":
+		return "e2ePublicKey"
+	case "directed":
+		return "directed"
+	case "nodeId":
+		return "nodeId"
+	case "name":
+		return "name"
+	case "version":
+		return "version"
 	}
 	return unquote(q)
 }
-
-// knownNames is read only.
-var knownNames = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range FieldNames {
-		m[n] = n
-	}
-	for _, n := range []string{
-		// a record, its lineage and its sealed form
-		"key", "createdBy", "createdAt", "group", "to", "fields", "lineage", "parents", "ancestors",
-		"method", "sig", "sigAlg", "tether", "_e2e",
-		// a field
-		"text", "vector", "valence", "arousal",
-		// frames and socket requests
-		"type", "id", "cmb", "timestamp", "publicKey", "e2ePublicKey", "directed", "nodeId", "name", "version",
-	} {
-		m[n] = n
-	}
-	return m
-}()
 
 // unquote is the valid JSON string q decoded as json.Unmarshal decodes it.
 // Most strings have no escape and are valid UTF-8: their bytes are the text.

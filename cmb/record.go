@@ -104,6 +104,9 @@ type Record struct {
 	Tether  json.RawMessage
 	Extra   Members
 	present presence
+	// enc, when set, is AppendJSON's bytes: the frame's copy of them the
+	// record was decoded from (Canonical). Never modified.
+	enc []byte
 }
 
 // presence records which optional members a decoded record carried, so that
@@ -130,7 +133,7 @@ func (r *Record) HasGroup() bool { return r.present&hasGroup != 0 }
 func (r *Record) IsUnsigned() bool { return r.present&hasSig == 0 && r.Sig == "" }
 
 // SetGroup sets the group and marks it present.
-func (r *Record) SetGroup(g string) { r.Group = g; r.present |= hasGroup }
+func (r *Record) SetGroup(g string) { r.Group = g; r.present |= hasGroup; r.enc = nil }
 
 // IsSealed reports whether the fields are E2E ciphertext.
 func (r *Record) IsSealed() bool { return r.Sealed != "" }
@@ -172,6 +175,7 @@ func (r *Record) IsRemix() bool { return len(r.Parents()) > 0 }
 // opening) without touching one another's.
 func (r *Record) Clone() *Record {
 	c := *r
+	c.enc = nil // the copy is there to be changed
 	for i := range c.Fields {
 		c.Fields[i].Vector = append([]float64(nil), r.Fields[i].Vector...)
 		if r.Fields[i].Vector == nil {

@@ -45,6 +45,7 @@ func (r *Record) Sign(priv ed25519.PrivateKey) error {
 	r.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, r.SigPayload()))
 	r.SigAlg = SigAlg
 	r.present |= hasSig | hasSigAlg
+	r.enc = nil
 	return nil
 }
 
@@ -60,7 +61,10 @@ func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return newError(ReasonBadSignature, fmt.Sprintf("author key is %d bytes, want %d", len(pub), ed25519.PublicKeySize), nil)
 	}
-	sig, err := DecodeBase64(r.Sig)
+	// A signature decodes onto the stack: room for more than its 64
+	// bytes, so a longer one is still reported with its length.
+	var sigBuf [80]byte
+	sig, err := appendDecodeBase64(sigBuf[:0], r.Sig)
 	if err != nil {
 		return newError(ReasonBadSignature, "sig is not base64", err)
 	}
@@ -79,7 +83,11 @@ func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
 // surrounding whitespace: MMP emits unpadded base64url but the reference
 // runtime writes standard padded base64, and peers read both (§1.1). A string
 // mixing both alphabets is corruption, not a variant, and is refused.
-func DecodeBase64(s string) ([]byte, error) {
+func DecodeBase64(s string) ([]byte, error) { return appendDecodeBase64(nil, s) }
+
+// appendDecodeBase64 is DecodeBase64 appending to dst: decoding allocates
+// nothing when dst has room for the bytes.
+func appendDecodeBase64(dst []byte, s string) ([]byte, error) {
 	s = strings.TrimSpace(s)
 	trimmed := strings.TrimRight(s, "=")
 	if len(s)-len(trimmed) > 2 {
@@ -94,7 +102,7 @@ func DecodeBase64(s string) ([]byte, error) {
 	case hasStd:
 		enc = base64.RawStdEncoding
 	}
-	b, err := enc.DecodeString(trimmed)
+	b, err := enc.AppendDecode(dst, []byte(trimmed)) // not copied: Decode only reads it
 	if err != nil {
 		return nil, fmt.Errorf("bad base64: %w", err)
 	}

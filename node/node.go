@@ -693,6 +693,6 @@ func (n *Node) keepEntry(ctx context.Context, rec *cmb.Record, e store.Entry, m 
 func entryOf(rec *cmb.Record) store.Entry {
 	return store.Entry{
 		Key: rec.Key, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt, Group: rec.Group, To: rec.To,
-		Parents: rec.Parents(), Ancestors: rec.Ancestors(), Texts: rec.Fields.Texts(), Raw: rec.Encode(),
+		Parents: rec.Parents(), Ancestors: rec.Ancestors(), Texts: rec.Fields.Texts(), Raw: rec.Canonical(),
 	}
 }
