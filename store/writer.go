@@ -1099,6 +1099,8 @@ type Item struct {
 	Entry Entry
 	Meta  Meta
 	// Annexes are written in the record's commit when it is new (annex.go).
+	// PutMany takes ownership of their values: they are written as they
+	// are, not copied, so the caller never changes them once passed.
 	Annexes []ItemAnnex
 }
 
