@@ -133,7 +133,9 @@ func (s *Store) Newest(ctx context.Context, group string, n int, keep func(KeyTi
 	if s.closed.Load() {
 		return out, ErrClosed
 	}
-	if err := s.waitIndexed(ctx); err != nil {
+	// The order index is all Newest reads (the fallback's Scan waits for
+	// the rest itself).
+	if err := s.waitOrdered(ctx); err != nil {
 		return out, fmt.Errorf("scanning records: %w", err)
 	}
 	if n <= 0 {
