@@ -199,7 +199,9 @@ func (n *Node) VerdictOf(key string) (Verdict, bool) {
 	return Verdict{Decision: string(v.Decision), Drift: v.Drift, Nearest: v.Nearest, Kernel: v.Kernel, Hidden: !n.adm.surface[v.Decision]}, true
 }
 
-// isAnchor: an anchor is part of the node's memory as MMP would hold it.
+// isAnchor: an anchor is part of the node's memory as MMP would hold it:
+// not quarantined, and admitted or never judged. While the store has
+// quarantined nothing, IsQuarantined needs no lookup: one map read.
 func (n *Node) isAnchor(key string) bool {
 	if n.st.IsQuarantined(key) {
 		return false

@@ -1285,7 +1285,7 @@ func (p *putItem) apply(t *wtx) (indexWork, error) {
 		// Kept, never surfaced: no order or text index holds it.
 		s := p.s
 		s.trust.mu.Lock()
-		s.trust.quarantined[rec.Key] = struct{}{}
+		s.trust.quarantine(rec.Key)
 		s.trust.mu.Unlock()
 		return nil, nil
 	}
