@@ -91,10 +91,12 @@ type admission struct {
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	near nearIndex     // the signatures near-copies are found by
-	// works (*hashedWork) are judge's and evaluate's working memory, recycled: about
-	// 90 KB at 512 dimensions (the record's seven fields dense and their
-	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
-	// vectors), of which nothing outlives a judgement.
+	// works (*hashedWork) are judge's and evaluate's working memory,
+	// recycled: at 512 dimensions about 75 KB and the anchors' vectors (the
+	// record's seven fields dense and their readouts, 28 KB each; the
+	// n-gram scratch, hashScratch, about 16 KB: the counts and each field's
+	// nonzero buckets; the fields' anchor vectors), of which nothing
+	// outlives a judgement.
 	works sync.Pool
 
 	mu       sync.RWMutex
