@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // scanNewest is Newest as a Scan of the group, newest first: the
@@ -227,62 +225,5 @@ func TestNewestWhileIndexing(t *testing.T) {
 				t.Fatalf("%v, indexed before the call and newer than the last returned, is missing", kt)
 			}
 		}
-	}
-}
-
-// TestNewestBeforeTextIndex: Newest waits for the order index alone. A put
-// acknowledged while the text index is held up is among the group's
-// newest at once, while Scan, which waits for every index, still waits;
-// once the text index goes on, the put returns and Scan agrees.
-func TestNewestBeforeTextIndex(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t, t.TempDir())
-	<-s.TextsLoaded()
-	first, second := mkEntry("first", testBase), mkEntry("second", testBase+1)
-	mustPut(t, s, first)
-	acked := s.ackedSeq.Load()
-	s.idx.mu.Lock()
-	held := true
-	defer func() {
-		if held {
-			s.idx.mu.Unlock()
-		}
-	}()
-	put := make(chan error, 1)
-	go func() {
-		_, _, err := s.Put(ctx, second, Meta{Source: "local"})
-		put <- err
-	}()
-	for s.ackedSeq.Load() == acked {
-		select {
-		case err := <-put:
-			t.Fatalf("Put returned (%v) with the text index held", err)
-		default:
-			runtime.Gosched()
-		}
-	}
-	all := func(KeyTime) bool { return true }
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	got, err := s.Newest(wctx, "g1", 5, all, nil)
-	if err != nil {
-		t.Fatalf("Newest with the text index held: %v", err)
-	}
-	want := []KeyTime{{Key: second.Key, CreatedAt: second.CreatedAt}, {Key: first.Key, CreatedAt: first.CreatedAt}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("Newest is %v, want %v", got, want)
-	}
-	sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer scancel()
-	if err := s.Scan(sctx, Window{Group: "g1"}, func(KeyTime) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Scan with the text index held: %v, want it to wait", err)
-	}
-	s.idx.mu.Unlock()
-	held = false
-	if err := <-put; err != nil {
-		t.Fatal(err)
-	}
-	if got := scanNewest(t, s, "g1", 5, all); !slices.Equal(got, want) {
-		t.Fatalf("Scan is %v, want %v", got, want)
 	}
 }

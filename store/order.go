@@ -133,9 +133,7 @@ func (s *Store) Newest(ctx context.Context, group string, n int, keep func(KeyTi
 	if s.closed.Load() {
 		return out, ErrClosed
 	}
-	// The order index is all Newest reads (the fallback's Scan waits for
-	// the rest itself).
-	if err := s.waitOrdered(ctx); err != nil {
+	if err := s.waitIndexed(ctx); err != nil {
 		return out, fmt.Errorf("scanning records: %w", err)
 	}
 	if n <= 0 {

@@ -276,9 +276,6 @@ type Store struct {
 	// ackedSeq is the last batch whose callers were told it is durable.
 	ackedSeq atomic.Uint64
 	indexed  watermark
-	// ordered reaches a batch once the order index holds its writes: with
-	// indexed, or before it for a batch of puts (Store.index).
-	ordered watermark
 	// loadedKeys are the stored keys found at Open, handed to the writer.
 	loadedKeys map[string]struct{}
 	// loadedTexts are the texts of the records found at Open: the indexer

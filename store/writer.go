@@ -716,33 +716,9 @@ func (s *Store) indexIdle() {
 // it done to Search, Scan and Check (s.indexed).
 func (s *Store) index(b *batch, yield bool) {
 	if b.applied {
-		// A batch of puts only adds records, each under its own key, and
-		// one add to the order index commutes with another's adds to the
-		// text and lineage indexes: the order index takes the whole batch
-		// first, so Newest (waitOrdered) waits for it alone. Any other
-		// work runs in order, the order index's changes with the rest.
-		puts := true
-		for _, a := range b.afters {
-			if _, ok := a.(*putItem); a != nil && !ok {
-				puts = false
-				break
-			}
-		}
-		if puts {
-			for _, a := range b.afters {
-				if a != nil {
-					a.(*putItem).addOrder()
-				}
-			}
-			s.ordered.advance(b.seq)
-		}
 		for _, a := range b.afters {
 			if a != nil {
-				if puts {
-					a.(*putItem).addIndexes()
-				} else {
-					a.run()
-				}
+				a.run()
 				if yield {
 					// Index work can wait; writers woken by this
 					// batch's acknowledgement cannot. Yielding after
@@ -753,7 +729,6 @@ func (s *Store) index(b *batch, yield bool) {
 			}
 		}
 	}
-	s.ordered.advance(b.seq)
 	s.indexed.advance(b.seq)
 	s.freeBatch(b)
 }
@@ -855,12 +830,6 @@ func (s *Store) waitApplied(ctx context.Context) error {
 		return nil
 	}
 	return s.applied.wait(ctx, acked)
-}
-
-// waitOrdered returns once the order index holds every batch
-// acknowledged before the call; the text and lineage indexes may not yet.
-func (s *Store) waitOrdered(ctx context.Context) error {
-	return s.ordered.wait(ctx, s.ackedSeq.Load())
 }
 
 // waitIndexed returns once the indexes hold every batch acknowledged
@@ -1294,19 +1263,8 @@ func (p *putItem) apply(t *wtx) (indexWork, error) {
 
 // run adds a stored record to the order, text and lineage indexes.
 func (p *putItem) run() {
-	p.addOrder()
-	p.addIndexes()
-}
-
-// addOrder adds a stored record to the order index.
-func (p *putItem) addOrder() {
-	rec := &p.rec
-	p.s.order.add(rec.Key, p.at, rec.Group, rec.CreatedBy)
-}
-
-// addIndexes adds a stored record to the text and lineage indexes.
-func (p *putItem) addIndexes() {
 	s, rec := p.s, &p.rec
+	s.order.add(rec.Key, p.at, rec.Group, rec.CreatedBy)
 	s.idx.addTexts(rec.Key, p.at, rec.Group, rec.Texts)
 	s.lines.add(rec.Key, p.at, rec.Parents)
 }
