@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -90,10 +91,12 @@ type admission struct {
 
 	vecs anchorVectors // hashed counts of anchors, by key
 	near nearIndex     // the signatures near-copies are found by
-	// works (*hashedWork) are judge's and evaluate's working memory, recycled: about
-	// 90 KB at 512 dimensions (the record's seven fields dense and their
-	// readouts, 28 KB each; the n-gram counts, 23 KB; the fields' anchor
-	// vectors), of which nothing outlives a judgement.
+	// works (*hashedWork) are judge's and evaluate's working memory,
+	// recycled: at 512 dimensions about 75 KB and the anchors' vectors (the
+	// record's seven fields dense and their readouts, 28 KB each; the
+	// n-gram scratch, hashScratch, about 16 KB: the counts and each field's
+	// nonzero buckets; the fields' anchor vectors), of which nothing
+	// outlives a judgement.
 	works sync.Pool
 
 	mu       sync.RWMutex
@@ -198,7 +201,9 @@ func (n *Node) VerdictOf(key string) (Verdict, bool) {
 	return Verdict{Decision: string(v.Decision), Drift: v.Drift, Nearest: v.Nearest, Kernel: v.Kernel, Hidden: !n.adm.surface[v.Decision]}, true
 }
 
-// isAnchor: an anchor is part of the node's memory as MMP would hold it.
+// isAnchor: an anchor is part of the node's memory as MMP would hold it:
+// not quarantined, and admitted or never judged. While the store has
+// quarantined nothing, IsQuarantined needs no lookup: one map read.
 func (n *Node) isAnchor(key string) bool {
 	if n.st.IsQuarantined(key) {
 		return false
@@ -517,13 +522,78 @@ func to64(v []float32) []float64 {
 	return out
 }
 
-// verdictAnnex is a verdict as its record's annex.
+// verdictAnnex is a verdict as its record's annex: json.Marshal's bytes
+// (verdictJSON).
 func verdictAnnex(v verdictRecord) ([]store.ItemAnnex, error) {
-	b, err := json.Marshal(v)
+	b, err := verdictJSON(v)
 	if err != nil {
 		return nil, err
 	}
 	return []store.ItemAnnex{{NS: annexSVAF, Value: b}}, nil
+}
+
+// verdictJSON is v as json.Marshal encodes it. A verdict's
+// strings (its decision, kernel ID and key) are plain ASCII that JSON
+// writes as it is, and its drift is finite: those are written here, in
+// json's field order and float format. Anything else (a string json would
+// escape, a drift json refuses) is json.Marshal's, so the bytes, and the
+// error, are always json.Marshal's.
+func verdictJSON(v verdictRecord) ([]byte, error) {
+	if !plainJSON(string(v.Decision)) || !plainJSON(v.Nearest) || !plainJSON(v.Kernel) ||
+		math.IsNaN(v.Drift) || math.IsInf(v.Drift, 0) {
+		return json.Marshal(v)
+	}
+	// The keys and punctuation are 55 bytes, the drift at most 25 and the
+	// time 20: one allocation.
+	b := make([]byte, 0, 100+len(v.Decision)+len(v.Nearest)+len(v.Kernel))
+	b = append(b, `{"decision":"`...)
+	b = append(b, v.Decision...)
+	b = append(b, `","drift":`...)
+	b = appendJSONFloat(b, v.Drift)
+	if v.Nearest != "" {
+		b = append(b, `,"nearest":"`...)
+		b = append(b, v.Nearest...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"kernel":"`...)
+	b = append(b, v.Kernel...)
+	b = append(b, `","at":`...)
+	b = strconv.AppendInt(b, v.At, 10)
+	return append(b, '}'), nil
+}
+
+// plainJSON reports whether json.Marshal writes s as it is between its
+// quotes: printable ASCII other than the quote, the backslash and the
+// HTML characters it escapes (<, >, &).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendJSONFloat appends the finite f as encoding/json writes a float64:
+// the shortest decimal that reads back as f, in exponent form below 1e-6
+// or from 1e21 on, with the exponent's leading zero dropped (1e-07 is
+// 1e-7).
+func appendJSONFloat(b []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
 
 // countVerdict makes a verdict stored with its record count.

@@ -120,7 +120,9 @@ func (s *Store) ScanAnnexes(ctx context.Context, ns string, fn func(key string, 
 
 // ItemAnnex is an annex to write with a new record (Item.Annexes): in the
 // record's own commit, so the record is never durable without it. A
-// duplicate's annexes are not written.
+// duplicate's annexes are not written. PutMany keeps Value without
+// copying it: the caller must not change it once it is passed, even after
+// PutMany returns (a cancelled call's record may still be committed).
 type ItemAnnex struct {
 	NS    string
 	Value []byte
@@ -135,11 +137,13 @@ func checkItemAnnexes(key string, as []ItemAnnex) error {
 	return nil
 }
 
-// setAnnexes writes a new record's annexes inside its put job.
+// setAnnexes writes a new record's annexes inside its put job. The
+// values are the caller's own, not copies: PutMany takes ownership of
+// them (Item.Annexes), and the log, the overlay and badger only read them.
 func setAnnexes(t *wtx, key string, as []ItemAnnex) {
 	for _, a := range as {
 		if a.Value != nil {
-			t.set(annexKey(a.NS, key), bytes.Clone(a.Value))
+			t.set(annexKey(a.NS, key), a.Value)
 		}
 	}
 }

@@ -217,7 +217,23 @@ func (s *Store) Scan(ctx context.Context, w Window, fn func(KeyTime) error) erro
 		t.AscendRange(lo, hi, visit)
 	}
 	if err != nil {
-		return fmt.Errorf("scanning records: %w", err)
+		if err == errEnough {
+			return errEnoughScan
+		}
+		return &scanError{err}
 	}
 	return nil
 }
+
+// scanError is a Scan stopped by err, its fn's or its context's: the
+// message and chain fmt.Errorf("scanning records: %w", err) would give
+// (callers match err with errors.Is and errors.As), without formatting
+// one on every call that stops early.
+type scanError struct{ err error }
+
+func (e *scanError) Error() string { return "scanning records: " + e.err.Error() }
+func (e *scanError) Unwrap() error { return e.err }
+
+// errEnoughScan is errEnough, which the store's own scans stop with, as
+// Scan returns it: made once, as errEnough is.
+var errEnoughScan error = &scanError{errEnough}

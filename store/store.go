@@ -643,7 +643,7 @@ func (s *Store) load(ctx context.Context) error {
 		s.loadedKeys[rec.Key] = struct{}{}
 		n++
 		if rec.Meta.Quarantined {
-			s.trust.quarantined[rec.Key] = struct{}{}
+			s.trust.quarantine(rec.Key)
 			return nil
 		}
 		if rec.Meta.Forgotten {

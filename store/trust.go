@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -15,10 +16,21 @@ import (
 // loaded at Open and change only through the writer.
 type trustState struct {
 	mu          sync.RWMutex
-	quarantined map[string]struct{}
-	signers     map[string]struct{}
+	quarantined map[string]struct{} // changed by quarantine and delete
+	// everQuarantined is set, under mu, as quarantine adds the first key
+	// (and never cleared): while it is false, quarantined is empty, and
+	// IsQuarantined answers without the lock.
+	everQuarantined atomic.Bool
+	signers         map[string]struct{}
 	// forgotten holds every tombstoned key (Forget), held hidden or not.
 	forgotten map[string]struct{}
+}
+
+// quarantine adds key to the quarantined set; called with mu held (or
+// alone, at Open).
+func (t *trustState) quarantine(key string) {
+	t.quarantined[key] = struct{}{}
+	t.everQuarantined.Store(true)
 }
 
 func newTrustState() *trustState {
@@ -93,7 +105,7 @@ func (s *Store) setQuarantined(ctx context.Context, keys []string, on bool) (int
 	for i, m := range marked {
 		if m {
 			if on {
-				s.trust.quarantined[keys[i]] = struct{}{}
+				s.trust.quarantine(keys[i])
 			} else {
 				delete(s.trust.quarantined, keys[i])
 			}
@@ -117,7 +129,9 @@ func (s *Store) Quarantined() []string {
 }
 
 // IsQuarantined reports whether key names a quarantined record.
-func (s *Store) IsQuarantined(key string) bool { return s.trust.has(s.trust.quarantined, key) }
+func (s *Store) IsQuarantined(key string) bool {
+	return s.trust.everQuarantined.Load() && s.trust.has(s.trust.quarantined, key)
+}
 
 func (t *trustState) has(set map[string]struct{}, k string) bool {
 	t.mu.RLock()

@@ -169,3 +169,44 @@ func TestSignerSetDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIsQuarantinedEveryWay: IsQuarantined, which answers without the
+// lock while nothing was ever quarantined, names a record quarantined
+// when it is put, by Quarantine, and as found at Open, and no longer one
+// Unquarantine releases.
+func TestIsQuarantinedEveryWay(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	held, later, clean := mkEntry("held", testBase), mkEntry("later", testBase+1), mkEntry("clean", testBase+2)
+	mustPut(t, s, clean)
+	if s.IsQuarantined(clean.Key) || s.IsQuarantined(held.Key) {
+		t.Fatal("a record is quarantined before any was")
+	}
+	if _, _, err := s.Put(ctx, held, Meta{Source: "peer", Quarantined: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.IsQuarantined(held.Key) || s.IsQuarantined(clean.Key) {
+		t.Fatal("a record put quarantined is not, or another is")
+	}
+	mustPut(t, s, later)
+	if n, err := s.Quarantine(ctx, []string{later.Key}); err != nil || n != 1 {
+		t.Fatalf("Quarantine: %d %v", n, err)
+	}
+	if !s.IsQuarantined(later.Key) {
+		t.Fatal("a record Quarantine took is not quarantined")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir)
+	if !s.IsQuarantined(held.Key) || !s.IsQuarantined(later.Key) || s.IsQuarantined(clean.Key) {
+		t.Fatal("after reopen, the quarantined records are not found so")
+	}
+	if n, err := s.Unquarantine(ctx, []string{held.Key, later.Key}); err != nil || n != 2 {
+		t.Fatalf("Unquarantine: %d %v", n, err)
+	}
+	if s.IsQuarantined(held.Key) || s.IsQuarantined(later.Key) {
+		t.Fatal("released records are still quarantined")
+	}
+}

@@ -3,23 +3,26 @@ package store
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // watermark is a sequence number that only grows, and that readers can wait
 // to reach.
 type watermark struct {
 	mu sync.Mutex
-	v  uint64
+	// v is stored under mu, and read without it by a wait that finds it
+	// already reached: it only grows, so that wait's answer is final.
+	v  atomic.Uint64
 	ch chan struct{} // closed at the next advance; nil when nobody waits
 }
 
 func (w *watermark) advance(v uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if v <= w.v {
+	if v <= w.v.Load() {
 		return
 	}
-	w.v = v
+	w.v.Store(v)
 	if w.ch != nil {
 		close(w.ch)
 		w.ch = nil
@@ -28,9 +31,12 @@ func (w *watermark) advance(v uint64) {
 
 // wait returns once the watermark is at least v, or ctx is done.
 func (w *watermark) wait(ctx context.Context, v uint64) error {
+	if w.v.Load() >= v {
+		return nil
+	}
 	for {
 		w.mu.Lock()
-		if w.v >= v {
+		if w.v.Load() >= v {
 			w.mu.Unlock()
 			return nil
 		}

@@ -1099,6 +1099,8 @@ type Item struct {
 	Entry Entry
 	Meta  Meta
 	// Annexes are written in the record's commit when it is new (annex.go).
+	// PutMany takes ownership of their values: they are written as they
+	// are, not copied, so the caller never changes them once passed.
 	Annexes []ItemAnnex
 }
 
@@ -1252,7 +1254,7 @@ func (p *putItem) apply(t *wtx) (indexWork, error) {
 		// Kept, never surfaced: no order or text index holds it.
 		s := p.s
 		s.trust.mu.Lock()
-		s.trust.quarantined[rec.Key] = struct{}{}
+		s.trust.quarantine(rec.Key)
 		s.trust.mu.Unlock()
 		return nil, nil
 	}
