@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,30 @@ func binary(tb testing.TB) string {
 		tb.Fatal(built.err)
 	}
 	return built.path
+}
+
+// builtFrom names the source the daemon binary was built from: its
+// directory and VCS revision (with "+dirty" for uncommitted changes). The
+// binary is built from the working directory, not from the code in the
+// test binary, so a benchmark run from another checkout measures that
+// checkout's daemon; benchmarks print this to make that visible.
+func builtFrom(tb testing.TB) string {
+	tb.Helper()
+	dir, _ := os.Getwd()
+	info, err := buildinfo.ReadFile(binary(tb))
+	if err != nil {
+		return dir + " (revision unknown: " + err.Error() + ")"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 7:
+			rev = s.Value[:7]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	return dir + " at " + rev + dirty
 }
 
 // lockedBuffer collects a child's stderr while the test reads it.

@@ -134,6 +134,7 @@ func BenchmarkDelivery(b *testing.B) {
 	if testing.Short() {
 		b.Skip("two daemons for minutes")
 	}
+	b.Logf("daemons built from %s", builtFrom(b))
 	sign, verify := bareSignVerify()
 	b.Logf("bare ed25519 over a standard CMB: sign %.1f µs, verify %.1f µs", us(sign), us(verify))
 	step := benchStep()

@@ -26,6 +26,7 @@ import (
 // leaves it there.
 func BenchmarkFill10k(b *testing.B) {
 	const n = 10000
+	b.Logf("daemon built from %s", builtFrom(b))
 	home := b.TempDir()
 	if dir := os.Getenv("CMBNODE_BENCH_HOME"); dir != "" {
 		home = dir // kept after the run, to profile a start on it
