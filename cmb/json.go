@@ -565,11 +565,11 @@ func appendFieldHead(b []byte, i int) []byte {
 func (x *Field) appendTail(b []byte) []byte {
 	if x.Valence != nil {
 		b = append(b, `,"valence":`...)
-		b = appendFloat(b, *x.Valence)
+		b = AppendJSONFloat(b, *x.Valence)
 	}
 	if x.Arousal != nil {
 		b = append(b, `,"arousal":`...)
-		b = appendFloat(b, *x.Arousal)
+		b = AppendJSONFloat(b, *x.Arousal)
 	}
 	if x.Vector != nil {
 		b = append(b, `,"vector":[`...)
@@ -577,7 +577,7 @@ func (x *Field) appendTail(b []byte) []byte {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			b = appendFloat(b, v)
+			b = AppendJSONFloat(b, v)
 		}
 		b = append(b, ']')
 	}
@@ -689,8 +689,12 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendFloat formats like encoding/json (and JavaScript for the common range).
-func appendFloat(b []byte, f float64) []byte {
+// AppendJSONFloat appends f as encoding/json writes a float64 (and
+// JavaScript, in the common range): the shortest decimal that reads back
+// as f, in exponent form below 1e-6 or from 1e21 on, the exponent without
+// a leading zero (1e-07 is 1e-7). NaN and ±Inf, which encoding/json
+// refuses, are written null; a caller that must refuse them checks first.
+func AppendJSONFloat(b []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}

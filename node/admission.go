@@ -549,7 +549,7 @@ func verdictJSON(v verdictRecord) ([]byte, error) {
 	b = append(b, `{"decision":"`...)
 	b = append(b, v.Decision...)
 	b = append(b, `","drift":`...)
-	b = appendJSONFloat(b, v.Drift)
+	b = cmb.AppendJSONFloat(b, v.Drift)
 	if v.Nearest != "" {
 		b = append(b, `,"nearest":"`...)
 		b = append(b, v.Nearest...)
@@ -573,27 +573,6 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
-}
-
-// appendJSONFloat appends the finite f as encoding/json writes a float64:
-// the shortest decimal that reads back as f, in exponent form below 1e-6
-// or from 1e21 on, with the exponent's leading zero dropped (1e-07 is
-// 1e-7).
-func appendJSONFloat(b []byte, f float64) []byte {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
 }
 
 // countVerdict makes a verdict stored with its record count.

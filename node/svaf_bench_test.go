@@ -132,11 +132,11 @@ func BenchmarkNearAdd(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N*len(keys)), "cpu-µs/record")
 }
 
-// BenchmarkNearLookup is the near-copy lookup of a new standard record in
-// a group's table of 100,000 (a daemon's at the delivery benchmark's rate
-// after half a minute), whose bands it mostly does not share: it reports
-// the CPU per lookup.
-func BenchmarkNearLookup(b *testing.B) {
+// nearLookupTable is the near-copy lookup benchmarks' group: a table of
+// 100,000 standard records made distinct in every band, and 4,096 new
+// records to look up, each distinct from all stored but one in eight a
+// near-copy (a bin changed) of a stored one.
+func nearLookupTable() (*nearIndex, *nearGroup, []nearSig) {
 	recs := standardTexts(256)
 	h := embed.DefaultHashed()
 	sigs := make([]nearSig, len(recs))
@@ -153,8 +153,6 @@ func BenchmarkNearLookup(b *testing.B) {
 		}
 		g.addLocked(fmt.Sprintf("cmb1-%060d", i), int64(i), &s)
 	}
-	// New records: each a standard one made distinct from all stored, but
-	// one in eight a near-copy (a bin changed) of a stored one.
 	probes := make([]nearSig, 4096)
 	for i := range probes {
 		k := stored + i
@@ -170,6 +168,15 @@ func BenchmarkNearLookup(b *testing.B) {
 		}
 		probes[i] = s
 	}
+	return x, g, probes
+}
+
+// BenchmarkNearLookup is the near-copy lookup of a new standard record in
+// a group's table of 100,000 (a daemon's at the delivery benchmark's rate
+// after half a minute), whose bands it mostly does not share: it reports
+// the CPU per lookup.
+func BenchmarkNearLookup(b *testing.B) {
+	x, g, probes := nearLookupTable()
 	runtime.GC() // the table made, not the lookups, is the heap to mark
 	var out []nearCandidate
 	b.ReportAllocs()
@@ -184,37 +191,7 @@ func BenchmarkNearLookup(b *testing.B) {
 // memory written between lookups, untimed, as a daemon's other work on a
 // received record evicts the table from the caches.
 func BenchmarkNearLookupCold(b *testing.B) {
-	recs := standardTexts(256)
-	h := embed.DefaultHashed()
-	sigs := make([]nearSig, len(recs))
-	for i := range recs {
-		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
-	}
-	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
-	g := x.groups["alpha"]
-	const stored = 100_000
-	for i := range stored {
-		s := sigs[i%len(sigs)]
-		for j := 1; j < nearBins; j += nearRows {
-			s[j] ^= uint32(i)
-		}
-		g.addLocked(fmt.Sprintf("cmb1-%060d", i), int64(i), &s)
-	}
-	probes := make([]nearSig, 4096)
-	for i := range probes {
-		k := stored + i
-		if i%8 == 0 {
-			k = i * 7 % stored
-		}
-		s := sigs[k%len(sigs)]
-		for j := 1; j < nearBins; j += nearRows {
-			s[j] ^= uint32(k)
-		}
-		if i%8 == 0 {
-			s[0]++
-		}
-		probes[i] = s
-	}
+	x, g, probes := nearLookupTable()
 	other := make([]uint64, 1<<20)
 	var out []nearCandidate
 	runtime.GC()

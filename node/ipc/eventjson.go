@@ -127,18 +127,5 @@ func appendJSONFloatPtr(b []byte, p *float64) ([]byte, bool) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return b, false
 	}
-	// encoding/json's rule: exponent form outside [1e-6, 1e21), its
-	// exponent written without a leading zero (e-07 → e-7).
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, true
+	return cmb.AppendJSONFloat(b, f), true
 }
