@@ -64,18 +64,24 @@ func binary(tb testing.TB) string {
 func builtFrom(tb testing.TB) string {
 	tb.Helper()
 	dir, _ := os.Getwd()
-	info, err := buildinfo.ReadFile(binary(tb))
-	if err != nil {
-		return dir + " (revision unknown: " + err.Error() + ")"
-	}
-	rev, dirty := "unknown", ""
-	for _, s := range info.Settings {
-		switch {
-		case s.Key == "vcs.revision" && len(s.Value) >= 7:
-			rev = s.Value[:7]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "+dirty"
+	rev, dirty := "", ""
+	if info, err := buildinfo.ReadFile(binary(tb)); err == nil {
+		for _, s := range info.Settings {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 7:
+				rev = s.Value[:7]
+			case s.Key == "vcs.modified" && s.Value == "true":
+				dirty = "+dirty"
+			}
 		}
+	}
+	if rev == "" {
+		// Built with -buildvcs=false (GOFLAGS may say so): ask git.
+		out, err := exec.Command("git", "-C", dir, "describe", "--always", "--dirty=+dirty").Output()
+		if err != nil {
+			return dir + " (revision unknown)"
+		}
+		return dir + " at " + strings.TrimSpace(string(out))
 	}
 	return dir + " at " + rev + dirty
 }
