@@ -95,12 +95,8 @@ func BenchmarkNearSignature(b *testing.B) {
 // judged just before, to a group's near-copy table, as keep does for each
 // record stored: it reports the CPU and the table's heap per record.
 func BenchmarkNearAdd(b *testing.B) {
-	recs := standardTexts(256)
 	h := embed.DefaultHashed()
-	sigs := make([]nearSig, len(recs))
-	for i := range recs {
-		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
-	}
+	sigs := standardSigs(h, 256)
 	keys := make([]string, 20000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("cmb1-%060d", i)
@@ -132,17 +128,23 @@ func BenchmarkNearAdd(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N*len(keys)), "cpu-µs/record")
 }
 
+// standardSigs is the near-copy signatures of n standard records.
+func standardSigs(h embed.Hashed, n int) []nearSig {
+	recs := standardTexts(n)
+	sigs := make([]nearSig, len(recs))
+	for i := range recs {
+		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
+	}
+	return sigs
+}
+
 // nearLookupTable is the near-copy lookup benchmarks' group: a table of
 // 100,000 standard records made distinct in every band, and 4,096 new
 // records to look up, each distinct from all stored but one in eight a
 // near-copy (a bin changed) of a stored one.
 func nearLookupTable() (*nearIndex, *nearGroup, []nearSig) {
-	recs := standardTexts(256)
 	h := embed.DefaultHashed()
-	sigs := make([]nearSig, len(recs))
-	for i := range recs {
-		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
-	}
+	sigs := standardSigs(h, 256)
 	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
 	g := x.groups["alpha"]
 	const stored = 100_000
@@ -213,12 +215,8 @@ func BenchmarkNearLookupCold(b *testing.B) {
 // memory written between adds, untimed, as a daemon's other work on a
 // received record evicts the table from the caches.
 func BenchmarkNearAddCold(b *testing.B) {
-	recs := standardTexts(256)
 	h := embed.DefaultHashed()
-	sigs := make([]nearSig, len(recs))
-	for i := range recs {
-		sigs[i], _, _ = nearSignature(h, &recs[i], nil)
-	}
+	sigs := standardSigs(h, 256)
 	x := &nearIndex{groups: map[string]*nearGroup{"alpha": newNearGroup()}}
 	const stored = 100_000
 	key := func(i int) string { return fmt.Sprintf("cmb1-%060d", i) }

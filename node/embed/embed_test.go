@@ -274,9 +274,9 @@ func hashedByString(h Hashed, text string) []float32 {
 	return v
 }
 
-// BenchmarkHashedCounts is the default kernel's counts of one 300-byte
-// field of a standard record (Zipf-distributed made-up words, ASCII).
-func BenchmarkHashedCounts(b *testing.B) {
+// benchFields is 64 fields of 300 bytes as a standard record's are
+// (Zipf-distributed made-up words, ASCII).
+func benchFields() []string {
 	r := mrand.New(mrand.NewSource(1))
 	vocab := benchtext.Vocab(r, 4096)
 	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
@@ -284,6 +284,13 @@ func BenchmarkHashedCounts(b *testing.B) {
 	for i := range texts {
 		texts[i] = benchtext.Field(fmt.Sprintf("focus %d:", i), 300, vocab, z)
 	}
+	return texts
+}
+
+// BenchmarkHashedCounts is the default kernel's counts of one 300-byte
+// field of a standard record (Zipf-distributed made-up words, ASCII).
+func BenchmarkHashedCounts(b *testing.B) {
+	texts := benchFields()
 	h := DefaultHashed()
 	c := make([]int32, h.Dim)
 	b.SetBytes(300)
@@ -295,13 +302,7 @@ func BenchmarkHashedCounts(b *testing.B) {
 // BenchmarkHashedCountsWords is BenchmarkHashedCounts keeping the words'
 // hashes too (CountsWords), as SVAF counts an incoming record's fields.
 func BenchmarkHashedCountsWords(b *testing.B) {
-	r := mrand.New(mrand.NewSource(1))
-	vocab := benchtext.Vocab(r, 4096)
-	z := mrand.NewZipf(r, 1.1, 1, uint64(len(vocab)-1))
-	texts := make([]string, 64)
-	for i := range texts {
-		texts[i] = benchtext.Field(fmt.Sprintf("focus %d:", i), 300, vocab, z)
-	}
+	texts := benchFields()
 	h := DefaultHashed()
 	c := make([]int32, h.Dim)
 	var words []uint64
