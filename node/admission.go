@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -202,8 +201,7 @@ func (n *Node) VerdictOf(key string) (Verdict, bool) {
 }
 
 // isAnchor: an anchor is part of the node's memory as MMP would hold it:
-// not quarantined, and admitted or never judged. While the store has
-// quarantined nothing, IsQuarantined needs no lookup: one map read.
+// not quarantined, and admitted or never judged.
 func (n *Node) isAnchor(key string) bool {
 	if n.st.IsQuarantined(key) {
 		return false
@@ -522,57 +520,13 @@ func to64(v []float32) []float64 {
 	return out
 }
 
-// verdictAnnex is a verdict as its record's annex: json.Marshal's bytes
-// (verdictJSON).
+// verdictAnnex is a verdict as its record's annex.
 func verdictAnnex(v verdictRecord) ([]store.ItemAnnex, error) {
-	b, err := verdictJSON(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	return []store.ItemAnnex{{NS: annexSVAF, Value: b}}, nil
-}
-
-// verdictJSON is v as json.Marshal encodes it. A verdict's
-// strings (its decision, kernel ID and key) are plain ASCII that JSON
-// writes as it is, and its drift is finite: those are written here, in
-// json's field order and float format. Anything else (a string json would
-// escape, a drift json refuses) is json.Marshal's, so the bytes, and the
-// error, are always json.Marshal's.
-func verdictJSON(v verdictRecord) ([]byte, error) {
-	if !plainJSON(string(v.Decision)) || !plainJSON(v.Nearest) || !plainJSON(v.Kernel) ||
-		math.IsNaN(v.Drift) || math.IsInf(v.Drift, 0) {
-		return json.Marshal(v)
-	}
-	// The keys and punctuation are 55 bytes, the drift at most 25 and the
-	// time 20: one allocation.
-	b := make([]byte, 0, 100+len(v.Decision)+len(v.Nearest)+len(v.Kernel))
-	b = append(b, `{"decision":"`...)
-	b = append(b, v.Decision...)
-	b = append(b, `","drift":`...)
-	b = cmb.AppendJSONFloat(b, v.Drift)
-	if v.Nearest != "" {
-		b = append(b, `,"nearest":"`...)
-		b = append(b, v.Nearest...)
-		b = append(b, '"')
-	}
-	b = append(b, `,"kernel":"`...)
-	b = append(b, v.Kernel...)
-	b = append(b, `","at":`...)
-	b = strconv.AppendInt(b, v.At, 10)
-	return append(b, '}'), nil
-}
-
-// plainJSON reports whether json.Marshal writes s as it is between its
-// quotes: printable ASCII other than the quote, the backslash and the
-// HTML characters it escapes (<, >, &).
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }
 
 // countVerdict makes a verdict stored with its record count.
