@@ -3,6 +3,7 @@ package mesh
 import (
 	"github.com/libp2p/go-libp2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -32,3 +33,16 @@ func MDNSFound(m *Mesh, ai peer.AddrInfo) { mdnsNotifee{m}.HandlePeerFound(ai) }
 
 // NATDialRanker is the dial ranker of a host listening on listen.
 var NATDialRanker = natDialRanker
+
+// TopicPeers are the peers GossipSub counts as subscribed to the group topic.
+func TopicPeers(m *Mesh) []peer.ID {
+	if g := m.gossip.Load(); g != nil {
+		return g.topic.ListPeers()
+	}
+	return nil
+}
+
+// ResetGossipStreams resets m's GossipSub streams with pid in direction dir.
+func ResetGossipStreams(m *Mesh, pid peer.ID, dir network.Direction) int {
+	return m.resetGossipStreams(pid, dir)
+}

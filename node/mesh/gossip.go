@@ -99,6 +99,10 @@ type gossipSub struct {
 	topic *pubsub.Topic
 	// unrelay ends the relaying of topic.
 	unrelay pubsub.RelayCancelFunc
+	// events are the topic's peer events (watchSubscriptions);
+	// resubscribing holds the peers a resubscribe runs for.
+	events        *pubsub.TopicEventHandler
+	resubscribing sync.Map
 }
 
 // ensureGossip starts GossipSub and joins the group topic unless they
@@ -150,6 +154,7 @@ func (m *Mesh) stopGossip() {
 		hps.Close()
 	}
 	if g := m.gossip.Load(); g != nil {
+		g.events.Cancel()
 		g.unrelay()
 		g.topic.Close()
 	}
@@ -231,7 +236,15 @@ func (m *Mesh) startGossip() (*gossipSub, error) {
 		topic.Close()
 		return nil, fmt.Errorf("start gossip: relay %s: %w", topicName, err)
 	}
-	return &gossipSub{ps: ps, topic: topic, unrelay: unrelay}, nil
+	events, err := topic.EventHandler()
+	if err != nil {
+		unrelay()
+		topic.Close()
+		return nil, fmt.Errorf("start gossip: peer events of %s: %w", topicName, err)
+	}
+	g := &gossipSub{ps: ps, topic: topic, unrelay: unrelay, events: events}
+	m.goRun(func(ctx context.Context) { m.watchSubscriptions(ctx, g, events) })
+	return g, nil
 }
 
 // validate is the topic validator: size, in a private group opening the

@@ -12,25 +12,26 @@ import (
 
 // stats are the mesh's own counters; record counters live in node.Counters.
 type stats struct {
-	handshakes       atomic.Int64
-	handshakeFailed  atomic.Int64
-	groupMismatch    atomic.Int64
-	proofFailed      atomic.Int64
-	epochExpired     atomic.Int64
-	published        atomic.Int64
-	gossipUnadmitted atomic.Int64
-	fetchServed      atomic.Int64
-	digestServed     atomic.Int64
-	catchUpRounds    atomic.Int64
-	parentFetches    atomic.Int64
-	pendingDropped   reasonCounts
-	peerInfoDials    atomic.Int64
-	peerInfoDropped  atomic.Int64
-	knownRedialed    atomic.Int64
-	serveThrottled   atomic.Int64
-	serveTruncated   atomic.Int64
-	servedBytes      atomic.Int64
-	gossipDuplicates atomic.Int64
+	handshakes         atomic.Int64
+	handshakeFailed    atomic.Int64
+	groupMismatch      atomic.Int64
+	proofFailed        atomic.Int64
+	epochExpired       atomic.Int64
+	published          atomic.Int64
+	gossipUnadmitted   atomic.Int64
+	fetchServed        atomic.Int64
+	digestServed       atomic.Int64
+	catchUpRounds      atomic.Int64
+	parentFetches      atomic.Int64
+	pendingDropped     reasonCounts
+	peerInfoDials      atomic.Int64
+	peerInfoDropped    atomic.Int64
+	knownRedialed      atomic.Int64
+	serveThrottled     atomic.Int64
+	serveTruncated     atomic.Int64
+	servedBytes        atomic.Int64
+	gossipDuplicates   atomic.Int64
+	gossipResubscribes atomic.Int64
 }
 
 // Stats is a snapshot of the mesh's counters, for status and for the
@@ -91,6 +92,10 @@ type Stats struct {
 	// the first copy (its seen cache dropped them before validation): the
 	// redundancy of the mesh, per record about the mesh degree.
 	GossipDuplicates int64 `json:"gossipDuplicates"`
+	// GossipResubscribes counts repairs of a member GossipSub had wrongly
+	// dropped from the topic (resubscribe.go): its gossip streams reset so
+	// both sides send their subscriptions again.
+	GossipResubscribes int64 `json:"gossipResubscribes"`
 }
 
 // reasonCounts are counters by reason.
@@ -175,5 +180,6 @@ func (m *Mesh) Stats() Stats {
 		Reach: m.Reach(), ParentFetches: m.stats.parentFetches.Load(), PendingDropped: m.stats.pendingDropped.snapshot(),
 		ServeThrottled: m.stats.serveThrottled.Load(), ServeTruncated: m.stats.serveTruncated.Load(),
 		ServedBytes: m.stats.servedBytes.Load(), GossipDuplicates: m.stats.gossipDuplicates.Load(),
+		GossipResubscribes: m.stats.gossipResubscribes.Load(),
 	}
 }

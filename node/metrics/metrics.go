@@ -142,6 +142,7 @@ func newCollector(n *node.Node, m MeshStats) *collector {
 			counter("cmbnode_served_bytes_total", "Bytes of fetch and catch-up answers sent to peers.", func(s *ms) int64 { return s.ServedBytes }),
 			counter("cmbnode_peerinfo_dials_total", "Dials started for peers learned from peer-info.", func(s *ms) int64 { return s.PeerInfoDials }),
 			counter("cmbnode_peerinfo_dials_dropped_total", "Peers learned from peer-info not dialled because a bound was reached.", func(s *ms) int64 { return s.PeerInfoDialsDropped }),
+			counter("cmbnode_gossip_resubscribes_total", "Members GossipSub had dropped from the topic while still connected, won back by reopening their gossip streams.", func(s *ms) int64 { return s.GossipResubscribes }),
 			counter("cmbnode_peerstore_redials_total", "Remembered members reconnected at start from the peerstore file.", func(s *ms) int64 { return s.PeerstoreRedials }),
 			counter("cmbnode_holepunch_attempts_total", "Hole-punch tries (DCUtR makes up to three per hole punch).", func(s *ms) int64 { return s.Reach.HolePunchAttempts }),
 			counter("cmbnode_holepunch_successes_total", "Hole punches that ended with a direct connection.", func(s *ms) int64 { return s.Reach.HolePunchSuccesses }),
