@@ -3,6 +3,7 @@ module github.com/cmbnode/cmbnode
 go 1.26.6
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/BurntSushi/toml v1.6.0
 	github.com/blevesearch/segment v0.9.1
 	github.com/dgraph-io/badger/v4 v4.9.6

@@ -51,7 +51,12 @@ func (r *Record) Sign(priv ed25519.PrivateKey) error {
 
 // VerifySignature checks sig over the rebuilt payload with pub. An absent sig
 // is ErrUnsigned; anything else that fails is ErrBadSignature.
-func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
+func (r *Record) VerifySignature(pub ed25519.PublicKey) error { return r.VerifySignatureWith(pub, nil) }
+
+// VerifySignatureWith is VerifySignature with pub already decoded as k
+// (NewVerifyKey), which is used only if it is pub's; nil decodes pub here.
+// The outcome is the same either way.
+func (r *Record) VerifySignatureWith(pub ed25519.PublicKey, k *VerifyKey) error {
 	if r.IsUnsigned() {
 		return newError(ReasonUnsigned, "record carries no sig", nil)
 	}
@@ -73,7 +78,13 @@ func (r *Record) VerifySignature(pub ed25519.PublicKey) error {
 	}
 	var stack [256]byte
 	payload := AppendSigPayload(stack[:0], r.Key, r.CreatedBy, r.CreatedAt, r.Group, r.To)
-	if !ed25519.Verify(pub, payload, sig) {
+	var ok bool
+	if k.Is(pub) {
+		ok = k.Verify(payload, sig)
+	} else {
+		ok = ed25519.Verify(pub, payload, sig)
+	}
+	if !ok {
 		return newError(ReasonBadSignature, "signature does not verify with the author's key", nil)
 	}
 	return nil

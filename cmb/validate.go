@@ -112,6 +112,9 @@ type Policy struct {
 	Audience
 	// AuthorKey is the author's Ed25519 key, or nil if the receiver holds none.
 	AuthorKey ed25519.PublicKey
+	// AuthorVerifyKey is AuthorKey decoded ahead (NewVerifyKey), or nil;
+	// one decoded from another key is not used.
+	AuthorVerifyKey *VerifyKey
 	// AllowUnsigned admits an unsigned record when no key is held for its
 	// author (§18.3.1's permissive rule). Off by default: cmbnode requires
 	// signatures. The caller also applies the downgrade rule: an author
@@ -141,7 +144,7 @@ func (r *Record) Verify(p Policy) error {
 		return newError(ReasonUnsigned, "record is unsigned and unsigned records are not accepted", nil)
 	case unsigned:
 	case p.AuthorKey != nil:
-		if err := r.VerifySignature(p.AuthorKey); err != nil {
+		if err := r.VerifySignatureWith(p.AuthorKey, p.AuthorVerifyKey); err != nil {
 			return err
 		}
 	default:

@@ -58,3 +58,36 @@ func (c *frameKeys) parse(pub, x string) (parsedKeys, error) {
 	c.mu.Unlock()
 	return p, nil
 }
+
+// verifyKeys keeps author keys decoded for verification (cmb.VerifyKey),
+// by key: decoding is about a tenth of a signature check, and a group's
+// records come from few authors. At most frameKeysMax keys are kept; the
+// cache starts over when full, so a peer spraying keys costs a decode per
+// record, as it did without the cache.
+type verifyKeys struct {
+	mu sync.Mutex
+	m  map[[ed25519.PublicKeySize]byte]*cmb.VerifyKey
+}
+
+// get returns pub decoded, or nil when pub is not a key's length (the
+// signature check then reports the length).
+func (c *verifyKeys) get(pub ed25519.PublicKey) *cmb.VerifyKey {
+	if len(pub) != ed25519.PublicKeySize {
+		return nil
+	}
+	k := [ed25519.PublicKeySize]byte(pub)
+	c.mu.Lock()
+	v := c.m[k]
+	c.mu.Unlock()
+	if v != nil {
+		return v
+	}
+	v = cmb.NewVerifyKey(pub)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= frameKeysMax {
+		c.m = make(map[[ed25519.PublicKeySize]byte]*cmb.VerifyKey, 16)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+	return v
+}

@@ -224,7 +224,8 @@ type Node struct {
 	boxMu sync.Mutex
 	boxes map[string]*e2e.Box // by peer X25519 public key (raw bytes as string)
 
-	frameKeys frameKeys // author keys of received frames, parsed
+	frameKeys  frameKeys  // author keys of received frames, parsed
+	verifyKeys verifyKeys // author keys, decoded for signature checks
 
 	allowUnsigned bool
 	version       string

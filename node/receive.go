@@ -129,7 +129,7 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 		if a.pub == nil {
 			return nil, &cmb.Error{Reason: cmb.ReasonUnsigned, Detail: "an unsigned directed record is not relayed"}
 		}
-		if err := rec.VerifySignature(a.pub); err != nil {
+		if err := rec.VerifySignatureWith(a.pub, n.verifyKeys.get(a.pub)); err != nil {
 			return nil, err
 		}
 		c.Record = rec
@@ -150,6 +150,9 @@ func (n *Node) check(ctx context.Context, rec *cmb.Record, src Source) (*Checked
 		rec, c.Decrypted = opened, true
 	}
 	policy := cmb.Policy{Audience: cmb.Audience{Group: n.group, Self: n.id.NodeID}, AuthorKey: a.pub, AllowUnsigned: n.allowUnsigned}
+	if a.pub != nil {
+		policy.AuthorVerifyKey = n.verifyKeys.get(a.pub)
+	}
 	if err := rec.Verify(policy); err != nil {
 		return nil, err
 	}
