@@ -210,17 +210,16 @@ func (x *textIndex) mergeLocked() {
 		return
 	}
 	// A stable counting sort by term keeps each term's run in document
-	// order, which is the order of the index's lists.
-	for i, l := range d.lids {
-		d.terms[l].n++
-		if i%(8*mergeSlice) == 0 && x.yield != nil {
-			x.yield()
-		}
-	}
+	// order, which is the order of the index's lists. A term's run is as
+	// long as its postings, which its df counts (push), so the runs'
+	// starts come from the terms alone, without a pass over the postings.
 	var end uint32
 	for i := range d.terms {
-		end += d.terms[i].n
-		d.terms[i].n = end - d.terms[i].n // start
+		e := &d.terms[i]
+		e.n = end // start
+		for _, c := range e.df {
+			end += uint32(c)
+		}
 	}
 	if cap(d.sorted) < len(d.posts) {
 		d.sorted = make([]uint64, len(d.posts))
@@ -254,8 +253,9 @@ func (x *textIndex) mergeLocked() {
 			pl = x.terms.insert(j, e.term, e.hash)
 		}
 		x.terms.appendPostings(pl, run)
-		for _, p := range run {
-			pl.df[(p>>29)&7]++
+		// The run is the term's postings, which e.df counts by field.
+		for f, c := range e.df {
+			pl.df[f] += int32(c)
 		}
 	}
 	// The table keeps the size a usual delta grows it to (8-16k terms);
