@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/cmbnode/cmbnode/internal/benchtext"
+	"github.com/kljensen/snowball/english"
 )
 
 // Records for the index benchmarks, generated once per test binary: making
@@ -808,6 +809,68 @@ func BenchmarkIndexThenNearest(b *testing.B) {
 			// Cold as in a daemon, where the rest of admission and the
 			// store run between records.
 			benchOpsCPU(b, "cpu-ns/op", cold, op)
+		})
+	}
+}
+
+// stemWordRef is stemWord without its shortcut for numbers.
+func stemWordRef(w string) string {
+	if english.IsStopWord(w) {
+		return ""
+	}
+	if base, ok := irregular[w]; ok {
+		w = base
+	}
+	t := english.Stem(w, false)
+	if t != w && english.IsStopWord(t) {
+		return ""
+	}
+	return t
+}
+
+// TestStemWordDigits holds stemWord's shortcut for numbers to what the
+// stemmer makes of them: numbers of every length up to 40 digits, at
+// random and of one repeated digit, and words near numbers, which the
+// shortcut must leave to the stemmer.
+func TestStemWordDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 17))
+	var words []string
+	for n := 1; n <= 40; n++ {
+		for d := '0'; d <= '9'; d++ {
+			words = append(words, strings.Repeat(string(d), n))
+		}
+		for range 200 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte('0' + rng.IntN(10))
+			}
+			words = append(words, string(b))
+		}
+	}
+	words = append(words, "", "1s", "1960s", "2nd", "y2k", "10y", "'1", "1'", "3.14", "1,000", "٣", "１")
+	for _, w := range words {
+		if got, want := stemWord(w), stemWordRef(w); got != want {
+			t.Fatalf("stemWord(%q) = %q, the stemmer's is %q", w, got, want)
+		}
+	}
+}
+
+// BenchmarkStemWordNumber is the cost of a stem cache miss on a number,
+// as a record's own number and times are, by the stemmer and by stemWord.
+func BenchmarkStemWordNumber(b *testing.B) {
+	ws := make([]string, 1000)
+	for i := range ws {
+		ws[i] = strconv.Itoa(1764633600000 + i*7919)
+	}
+	for _, c := range []struct {
+		name string
+		stem func(string) string
+	}{{"stemmer", stemWordRef}, {"stemWord", stemWord}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := range b.N {
+				_ = c.stem(ws[i%len(ws)])
+			}
 		})
 	}
 }
