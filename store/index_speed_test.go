@@ -171,6 +171,24 @@ func BenchmarkIndexStandardCMBCold(b *testing.B) {
 	benchOpsCPU(b, "cpu-ns/add", true, func(i int) { x.addTexts(keys[i], int64(i), "g", texts[i%len(texts)]) })
 }
 
+// BenchmarkIndexStandardCMBFresh is BenchmarkIndexStandardCMB with each
+// added record headed by a number of its own, as the delivery benchmark's
+// records are ("what 12345 of 1764633600000:"), and most records in a
+// store: a word the stem cache has not seen, in every record.
+func BenchmarkIndexStandardCMBFresh(b *testing.B) {
+	x, texts, keys := standardIndexSetup(b.N)
+	names := FieldNames()
+	fresh := make([][NumFields]string, b.N)
+	for i := range fresh {
+		for f, t := range texts[i%len(texts)] {
+			// The head standardIndexSetup gave it, its number made unique.
+			_, rest, _ := strings.Cut(t, ":")
+			fresh[i][f] = fmt.Sprintf("%s %d of 1764633600000:%s", names[f], 100_000+i, rest)
+		}
+	}
+	benchThreadCPU(b, func(i int) { x.addTexts(keys[i], int64(i), "g", fresh[i]) })
+}
+
 // benchOpsCPU runs op(i) for i < b.N on one thread, if cold each after an
 // untimed pass over 8 MB that empties the caches, and reports the thread's
 // CPU time per op in op alone as metric, and its median over the ops as
