@@ -399,3 +399,33 @@ func TestIsASCII(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsWordsRandom: on random ASCII texts, of letters, digits and
+// the bytes between words, in runs and alone, at either end or not,
+// CountsWords's streamed pass gives Counts's counts and AppendWords's
+// words, and marks exactly CountsTouched's buckets.
+func TestCountsWordsRandom(t *testing.T) {
+	r := mrand.New(mrand.NewSource(3))
+	const alphabet = "abcXYZ019 ,.\t-_\x7f\x00"
+	for _, h := range []Hashed{DefaultHashed(), {N: 3, Dim: 64}, {N: 3, Dim: 1}} {
+		n := (h.Dim + 63) / 64
+		for trial := range 2000 {
+			b := make([]byte, r.Intn(40))
+			for i := range b {
+				b[i] = alphabet[r.Intn(len(alphabet))]
+			}
+			s := string(b)
+			want, got, got2 := make([]int32, h.Dim), make([]int32, h.Dim), make([]int32, h.Dim)
+			h.Counts(s, want)
+			touched, touched2 := make([]uint64, n), make([]uint64, n)
+			words := h.CountsWords(s, got, touched, []uint64{uint64(trial)})
+			h.CountsTouched(s, got2, touched2)
+			if !slices.Equal(got, want) || !slices.Equal(touched, touched2) {
+				t.Fatalf("%v %q: counts %v, touched %x; want %v, %x", h, s, got, touched, want, touched2)
+			}
+			if w := h.AppendWords([]uint64{uint64(trial)}, s); !slices.Equal(words, w) {
+				t.Fatalf("%v %q: words %x, want %x", h, s, words, w)
+			}
+		}
+	}
+}

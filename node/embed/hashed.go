@@ -292,36 +292,48 @@ func addASCII3Touched(v []int32, touched []uint64, text string) {
 
 // addASCII3Words is addASCII3Touched that also appends each word's hash
 // (AppendWords's) to words, made in the same pass.
+//
+// It carries, from one byte to the next, what addASCII3 looks up again:
+// s, the FNV-1a state of the two bytes before (stepA of the first, then
+// the second), st, stepA of the byte before, and m1, its letterMask. Its
+// buckets are x & n with n = len(v)-1, which the compiler knows is in v.
+// Each of these is a register the loop keeps, not a load or a check:
+// the loop is bound by its instructions, not by its multiplications.
 func addASCII3Words(v []int32, touched []uint64, text string, words []uint64) []uint64 {
-	mask := uint64(len(v) - 1)
+	n := len(v) - 1 // a power of two less one: the bucket mask
+	if n < 0 {
+		return words
+	}
 	nw := len(words)
 	// A text of n bytes has at most n/2+1 words; each byte writes the
 	// word hash so far at nw, which only moves past a finished word.
 	ws := slices.Grow(words, len(text)/2+1)
 	ws = ws[:cap(ws)]
-	p2, p1 := uint64(3), uint64(3)
+	// Before the text, as after a byte that is not a letter: the two
+	// bytes before are 3, whose stepA is the start mark's.
+	s, st, m1 := (stepA[3]^3)*fnvPrime64, stepA[3], uint64(0)
 	w := uint64(fnvOffset64)
 	for i := 0; i < len(text); i++ {
 		c := uint64(foldEnd[text[i]])
-		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ c) * fnvPrime64
-		b := x & mask
-		m1 := letterMask[uint8(p1)]
+		x := (s ^ c) * fnvPrime64
+		s, st = (st^c)*fnvPrime64, stepA[c]
+		b := int(x) & n
 		v[b] += signed(x, m1)
-		touched[b/64] |= m1 & (1 << (b % 64))
+		touched[b>>6] |= m1 & (1 << (b & 63))
 		ws[nw] = w
-		nw += int(m1 &^ letterMask[uint8(c)] & 1) // a letter then not one
+		mc := letterMask[c]
+		nw += int(m1 &^ mc & 1) // a letter then not one
 		next := (w ^ c) * fnvPrime64
 		if c == 3 { // a conditional move
 			next = fnvOffset64
 		}
-		w = next
-		p2, p1 = p1, c
+		w, m1 = next, mc
 	}
-	if p1 != 3 {
-		x := ((stepA[uint8(p2)]^p1)*fnvPrime64 ^ 3) * fnvPrime64
-		b := x & mask
+	if m1 != 0 { // the text ends in a letter: its word's last trigram
+		x := (s ^ 3) * fnvPrime64
+		b := int(x) & n
 		v[b] += signed(x, ^uint64(0))
-		touched[b/64] |= 1 << (b % 64)
+		touched[b>>6] |= 1 << (b & 63)
 		ws[nw] = w
 		nw++
 	}
