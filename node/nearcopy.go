@@ -223,10 +223,20 @@ type bandHeads struct {
 // find returns the slot of band b's key in g's table of that band (t), or
 // the empty slot where it would go; head is the key's head, 0 if absent.
 func (t *bandHeads) find(g *nearGroup, b int, key uint64) (slot int, head int32) {
+	i := t.home(key)
+	return t.findFrom(g, b, key, i, t.slots[i])
+}
+
+// home is the slot a probe for key starts at.
+func (t *bandHeads) home(key uint64) int { return int(uint32(key)) & (len(t.slots) - 1) }
+
+// findFrom is find given the probe's first slot, i (home's), and what it
+// holds, s: a caller may read several tables' first slots before it
+// looks at any.
+func (t *bandHeads) findFrom(g *nearGroup, b int, key uint64, i int, s uint64) (slot int, head int32) {
 	mask := len(t.slots) - 1
 	fp := uint32(key)
-	for i := int(fp) & mask; ; i = (i + 1) & mask {
-		s := t.slots[i]
+	for {
 		if s == 0 {
 			return i, 0
 		}
@@ -235,16 +245,9 @@ func (t *bandHeads) find(g *nearGroup, b int, key uint64) (slot int, head int32)
 				return i, h
 			}
 		}
+		i = (i + 1) & mask
+		s = t.slots[i]
 	}
-}
-
-// head is band b's key's newest entry plus one, 0 if none.
-func (t *bandHeads) head(g *nearGroup, b int, key uint64) int32 {
-	if t.used == 0 {
-		return 0
-	}
-	_, h := t.find(g, b, key)
-	return h
 }
 
 // push makes head the newest entry (plus one) of band b's key and
@@ -457,11 +460,27 @@ func (x *nearIndex) lookup(g *nearGroup, sig *nearSig, out []nearCandidate) []ne
 	out = out[:0]
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	// Every band's head first: the tables' reads, a cache miss each in a
-	// big group, do not wait on one another or on the chains.
+	// Every band's head first, and of those every band's first slot
+	// before any is looked at: the tables' reads, a cache miss each in a
+	// big group, are all under way at once, and do not wait on one
+	// another's probes or on the chains.
+	var keys [nearBands]uint64
+	for b := range keys {
+		keys[b] = sig.band(b)
+	}
+	var home [nearBands]int
+	var first [nearBands]uint64
+	for b := range keys {
+		if t := &g.heads[b]; t.used > 0 {
+			home[b] = t.home(keys[b])
+			first[b] = t.slots[home[b]]
+		}
+	}
 	var heads [nearBands]int32
 	for b := range heads {
-		heads[b] = g.heads[b].head(g, b, sig.band(b))
+		if t := &g.heads[b]; t.used > 0 {
+			_, heads[b] = t.findFrom(g, b, keys[b], home[b], first[b])
+		}
 	}
 	for b, e := range heads {
 		for n := 0; e != 0 && n < nearChain; n++ {
