@@ -250,13 +250,18 @@ func (t *bandHeads) findFrom(g *nearGroup, b int, key uint64, i int, s uint64) (
 	}
 }
 
-// push makes head the newest entry (plus one) of band b's key and
-// returns the one it replaces (0: none).
-func (t *bandHeads) push(g *nearGroup, b int, key uint64, head int32) (prev int32) {
+// reserve makes room in t for one more key.
+func (t *bandHeads) reserve() {
 	if 2*(t.used+1) > len(t.slots) {
 		t.grow()
 	}
-	i, prev := t.find(g, b, key)
+}
+
+// push makes head the newest entry (plus one) of band b's key and
+// returns the one it replaces (0: none). t has room for the key
+// (reserve); i is its home slot and s what that holds (findFrom).
+func (t *bandHeads) push(g *nearGroup, b int, key uint64, head int32, i int, s uint64) (prev int32) {
+	i, prev = t.findFrom(g, b, key, i, s)
 	if prev == 0 {
 		t.used++
 	}
@@ -321,8 +326,22 @@ func (g *nearGroup) addLocked(key string, at int64, sig *nearSig) {
 	*last = append(*last, nearEntry{sig: *sig, at: at, key: key})
 	g.n++
 	en := g.entry(e)
+	// Every band's table has room made and its home slot read before any
+	// is probed, as lookup reads them: the reads, a cache miss each in a
+	// big group, are under way at once. A band's slots change only in its
+	// own push, so what was read of them holds until then.
+	var keys [nearBands]uint64
+	var home [nearBands]int
+	var first [nearBands]uint64
+	for b := range keys {
+		keys[b] = sig.band(b)
+		t := &g.heads[b]
+		t.reserve()
+		home[b] = t.home(keys[b])
+		first[b] = t.slots[home[b]]
+	}
 	for b := range en.next {
-		en.next[b] = g.heads[b].push(g, b, sig.band(b), e+1)
+		en.next[b] = g.heads[b].push(g, b, keys[b], e+1, home[b], first[b])
 	}
 }
 
