@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -154,15 +155,53 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-// plainJSON reports whether json.Marshal writes s unescaped: printable
-// ASCII other than the quote, the backslash and the HTML characters it
-// escapes. Keys, actions and codes always are.
+// plainJSON reports whether json.Marshal writes s unescaped: valid UTF-8
+// without control characters, the quote, the backslash, the HTML
+// characters it escapes (<, >, &) or U+2028 and U+2029, which it escapes
+// too. Keys, actions and codes always are, and so is most field text: an
+// event carries about 2 KB of it.
+//
+// The ASCII bytes are checked eight at a time, as a word: for a byte
+// value n ≤ 0x80, (v - 0x01…01*n) &^ v & 0x80…80 is non-zero exactly
+// when some byte of v is below n (a borrow only starts at such a byte),
+// and a byte of v is 0 exactly when it is below 1. A byte of x is '\\'
+// when that byte of x ^ 0x01…01*'\\' is 0; it is '<' or '>' (0x3c,
+// 0x3e) when that byte of x | 0x02…02 is '>', and '"' or '&' (0x22,
+// 0x26) when that byte of x | 0x04…04 is '&'. Bytes from 0x80 up pass
+// that test; they are checked as UTF-8, and for the two separators, only
+// if there are any.
 func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= utf8.RuneSelf, c == '"', c == '\\', c == '<', c == '>', c == '&':
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	var seen uint64 // every byte seen, ORed together
+	rest := s
+	for len(rest) >= 8 {
+		x := le64(rest)
+		bs := x ^ (ones * '\\')
+		angle := (x | ones*0x02) ^ (ones * '>')
+		qamp := (x | ones*0x04) ^ (ones * '&')
+		if ((x-0x20*ones)&^x|(bs-ones)&^bs|(angle-ones)&^angle|(qamp-ones)&^qamp)&high != 0 {
 			return false
 		}
+		seen |= x
+		rest = rest[8:]
 	}
-	return true
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+		seen |= uint64(c)
+	}
+	if seen&high == 0 {
+		return true // all ASCII
+	}
+	return utf8.ValidString(s) && !strings.Contains(s, "\u2028") && !strings.Contains(s, "\u2029")
+}
+
+// le64 is the first eight bytes of s as a little-endian word (one load:
+// the compiler merges the byte loads).
+func le64(s string) uint64 {
+	s = s[:8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
