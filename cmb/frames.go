@@ -343,7 +343,7 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	// Each cmb member is decoded in turn, as json.Unmarshal would: any
 	// that fails fails the frame, a null one unsets the record.
 	var rec *Record
-	var recRaw []byte
+	var recRaw, recCopy []byte
 	for _, raw := range cmbRaws {
 		var err error
 		switch {
@@ -351,8 +351,8 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 			rec = nil
 		case isKind(raw, '{'):
 			both.r = Record{}
-			rec, recRaw = &both.r, raw
-			err = decodeValidInto(rec, raw, false, &ends)
+			rec, recRaw, recCopy = &both.r, raw, bytes.Clone(raw)
+			err = decodeValidInto(rec, raw, false, &ends, &textCopy{src: raw, copy: recCopy})
 		default:
 			_, err = Decode(raw) // the record's own decoder refuses it
 		}
@@ -365,9 +365,16 @@ func parseCMBFrame(payload []byte) (_ Frame, ok bool, _ error) {
 	}
 	// A record sent as Encode writes it keeps those bytes (a copy: the
 	// payload may be a reused buffer), for Canonical to return instead of
-	// encoding the record again; anything else is encoded when asked.
+	// encoding the record again, and its texts are read from the copy
+	// rather than copied each; anything else is encoded when asked, and
+	// its texts get bytes of their own, so that they do not keep the copy
+	// (and its other members, copied apart) alive.
 	if rec.encodes(recRaw) {
-		rec.enc = bytes.Clone(recRaw)
+		rec.enc = recCopy
+	} else {
+		for i := range rec.Fields {
+			rec.Fields[i].Text = strings.Clone(rec.Fields[i].Text)
+		}
 	}
 	f.CMB = rec
 	return f, true, nil

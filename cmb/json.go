@@ -43,15 +43,16 @@ const recordMembers = 12
 // where some of its values end in ends (which may be nil).
 func decodeValid(data []byte, draft bool, ends *valueEnds) (*Record, error) {
 	r := &Record{}
-	if err := decodeValidInto(r, data, draft, ends); err != nil {
+	if err := decodeValidInto(r, data, draft, ends, nil); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
 // decodeValidInto is decodeValid into *r, a zero Record, which is left
-// partly set on an error.
-func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds) error {
+// partly set on an error. Field texts share texts' copy of data when
+// texts is not nil.
+func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds, texts *textCopy) error {
 	var buf [recordMembers]member
 	obj := appendObjectMembersEnds(buf[:0], data, ends)
 	var err error
@@ -86,7 +87,7 @@ func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds) error 
 			r.SigAlg, err = decodeString(raw, "sigAlg")
 			r.present |= hasSigAlg
 		case "fields":
-			err = decodeFieldsMember(r, raw, draft, ends)
+			err = decodeFieldsMember(r, raw, draft, ends, texts)
 		case "lineage":
 			r.present |= hasLineage
 			r.Lineage, err = decodeLineage(raw)
@@ -112,7 +113,7 @@ func decodeValidInto(r *Record, data []byte, draft bool, ends *valueEnds) error 
 	return nil
 }
 
-func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueEnds) error {
+func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueEnds, texts *textCopy) error {
 	if isKind(raw, '"') {
 		// E2E in transit: fields is ciphertext (MMP §18.2.1).
 		s, err := decodeString(raw, "fields")
@@ -135,7 +136,7 @@ func decodeFieldsMember(r *Record, raw json.RawMessage, draft bool, ends *valueE
 	}
 	// A record's fields are decoded in place (a record that fails is
 	// dropped): a Fields decoded apart and copied in would be allocated.
-	extra, err := decodeFieldsInto(&r.Fields, raw, ends)
+	extra, err := decodeFieldsInto(&r.Fields, raw, ends, texts)
 	if err != nil {
 		return err
 	}
@@ -185,7 +186,7 @@ func decodeDraftFieldsValid(raw []byte) (*Fields, Members, error) {
 			f[i].Text = unquote(v)
 		case string(v) == "null":
 		case isKind(v, '{'):
-			err = decodeField(&f[i], v, name)
+			err = decodeField(&f[i], v, name, nil)
 		default:
 			err = typeError("fields."+name, "a string or an object with a text member")
 		}
@@ -215,7 +216,7 @@ func DecodeFields(raw []byte) (*Fields, Members, error) {
 
 func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 	var f Fields
-	extra, err := decodeFieldsInto(&f, raw, nil)
+	extra, err := decodeFieldsInto(&f, raw, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -223,8 +224,9 @@ func decodeFieldsValid(raw []byte) (*Fields, Members, error) {
 }
 
 // decodeFieldsInto is decodeFieldsValid decoding into *f, which is left
-// partly set on an error, stepping over the field objects ends knows.
-func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds) (Members, error) {
+// partly set on an error, stepping over the field objects ends knows, its
+// texts shared with texts' copy when texts is not nil.
+func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds, texts *textCopy) (Members, error) {
 	var buf [NumFields + 1]member
 	if !isKind(raw, '{') {
 		return nil, typeError("fields", "an object")
@@ -235,7 +237,7 @@ func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds) (Members, error) {
 		if !ok {
 			return nil, newError(ReasonBadRecord, "fields."+name+" is missing (all seven are required; use \"neutral\")", nil)
 		}
-		if err := decodeField(&f[i], v, name); err != nil {
+		if err := decodeField(&f[i], v, name, texts); err != nil {
 			return nil, err
 		}
 	}
@@ -251,10 +253,11 @@ func decodeFieldsInto(f *Fields, raw []byte, ends *valueEnds) (Members, error) {
 	return extra, nil
 }
 
-// decodeField decodes field name's object raw. Its path in the record
-// ("fields." + name) is only spelled out in an error: a record's seven
-// fields are decoded without it.
-func decodeField(f *Field, raw json.RawMessage, name string) error {
+// decodeField decodes field name's object raw, its text shared with
+// texts' copy when texts is not nil. Its path in the record ("fields." +
+// name) is only spelled out in an error: a record's seven fields are
+// decoded without it.
+func decodeField(f *Field, raw json.RawMessage, name string, texts *textCopy) error {
 	var buf [4]member
 	if !isKind(raw, '{') {
 		return typeError("fields."+name, "an object with a text member")
@@ -272,7 +275,7 @@ func decodeField(f *Field, raw json.RawMessage, name string) error {
 			if !isKind(v, '"') {
 				return typeError(path()+".text", "a string")
 			}
-			f.Text = unquote(v)
+			f.Text = texts.unquote(v)
 		case k == "vector":
 			if !isKind(v, '[') {
 				return typeError(path()+".vector", "an array of numbers")

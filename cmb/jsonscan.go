@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Reading JSON that is known to be valid: a record or frame is checked
@@ -279,6 +280,28 @@ func unquote(q []byte) string {
 	var s string
 	json.Unmarshal(q, &s)
 	return s
+}
+
+// textCopy is a copy of a document's bytes, src, that strings decoded
+// from src share instead of each being copied: a string whose JSON has
+// no escape and is valid UTF-8 is its own bytes, which are the same at
+// the same place in copy. Nothing writes to copy once it is made (the
+// strings would change), and the strings keep all of it alive, so it is
+// used only where copy is kept as long as they are (a record's enc).
+type textCopy struct{ src, copy []byte }
+
+// unquote is unquote of q, a string of t.src, as a string sharing t.copy
+// where it can (t nil: never).
+func (t *textCopy) unquote(q []byte) string {
+	body := q[1 : len(q)-1]
+	if t == nil || len(body) == 0 || bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		return unquote(q)
+	}
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(body))) - uintptr(unsafe.Pointer(unsafe.SliceData(t.src))))
+	if off < 0 || off > len(t.src)-len(body) || len(t.copy) != len(t.src) {
+		return unquote(q) // not in src
+	}
+	return unsafe.String(&t.copy[off], len(body))
 }
 
 // trimJSON is raw without the white space around it.

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // parseFrameByUnmarshal is ParseFrame of a cmb frame the plain way: the
@@ -185,6 +186,54 @@ func TestStringValueIsUnmarshal(t *testing.T) {
 		got, ok := StringValue([]byte(raw))
 		if ok != wantOK || got != want {
 			t.Errorf("StringValue(%q) = %q, %v; json.Unmarshal gives %q, %v", raw, got, ok, want, wantOK)
+		}
+	}
+}
+
+// TestParsedTextsOutliveThePayload: a cmb frame's record keeps its texts
+// and its bytes when the payload it was parsed from is overwritten (a
+// reused read buffer). Texts without escapes share the record's kept
+// bytes when it keeps them (Canonical), and have bytes of their own when
+// it does not; the fields are json.Unmarshal's either way.
+func TestParsedTextsOutliveThePayload(t *testing.T) {
+	plain := buildSample(t, nil)
+	escaped := buildSample(t, func(d *Draft) { d.Fields[Mood].Text = "a remix \"quoted\"\n é" })
+	rec := string(plain.Encode())
+	for _, p := range []string{
+		`{"type":"cmb","timestamp":1,"cmb":` + rec + `}`,
+		`{"type":"cmb","timestamp":1,"cmb":` + string(escaped.Encode()) + `,"publicKey":"k"}`,
+		`{"type":"cmb","cmb":` + strings.Replace(rec, `"fields":{`, `"fields": {`, 1) + `}`, // not Encode's bytes
+		`{"type":"cmb","cmb":` + strings.Replace(rec, `"fields":{`, `"fields":{"x-extra":{"big":"`+strings.Repeat("z", 500)+`"},`, 1) + `}`,
+	} {
+		want, err := parseFrameByUnmarshal([]byte(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := []byte(p)
+		f, err := ParseFrame(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := f.(*CMBFrame).CMB
+		canon := append([]byte(nil), r.Canonical()...)
+		for i := range payload {
+			payload[i] = 'X'
+		}
+		w := want.(*CMBFrame).CMB
+		if !reflect.DeepEqual(r.Fields, w.Fields) || !reflect.DeepEqual(r.FieldsExtra, w.FieldsExtra) {
+			t.Fatalf("%s: fields\n got %+v\nwant %+v", p, r.Fields, w.Fields)
+		}
+		if !bytes.Equal(r.Canonical(), canon) || !bytes.Equal(canon, w.Encode()) {
+			t.Fatalf("%s: canonical bytes changed with the payload", p)
+		}
+		for i := range r.Fields {
+			text := r.Fields[i].Text
+			at := unsafe.Pointer(unsafe.StringData(text))
+			inEnc := r.enc != nil && uintptr(at) >= uintptr(unsafe.Pointer(&r.enc[0])) && uintptr(at) < uintptr(unsafe.Pointer(&r.enc[0]))+uintptr(len(r.enc))
+			plainText := !strings.ContainsAny(text, "\"\n")
+			if inEnc != (r.enc != nil && plainText) {
+				t.Fatalf("%s: field %d %q in the kept bytes: %v (kept: %v)", p, i, text, inEnc, r.enc != nil)
+			}
 		}
 	}
 }
