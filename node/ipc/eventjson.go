@@ -63,25 +63,45 @@ var sortedFieldNames = func() [cmb.NumFields]string {
 }()
 
 // appendFieldsJSON appends f as json.Marshal writes the map: null when nil,
-// else its members sorted by name.
+// else its members sorted by name. The seven fields, which is what f
+// holds but for a record from an older store, are looked up once each.
 func appendFieldsJSON(b []byte, f node.FieldsJSON) ([]byte, bool) {
 	if f == nil {
 		return append(b, "null"...), true
 	}
-	names := sortedFieldNames[:]
-	if !hasOnly(f, names) {
-		names = make([]string, 0, len(f))
-		for name := range f {
-			names = append(names, name)
+	if len(f) == cmb.NumFields {
+		var vals [cmb.NumFields]node.FieldJSON
+		all := true
+		for i, name := range sortedFieldNames {
+			if vals[i], all = f[name]; !all {
+				break
+			}
 		}
-		slices.Sort(names)
+		if all {
+			return appendFieldMembers(b, sortedFieldNames[:], vals[:])
+		}
 	}
+	names := make([]string, 0, len(f))
+	for name := range f {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	vals := make([]node.FieldJSON, len(names))
+	for i, name := range names {
+		vals[i] = f[name]
+	}
+	return appendFieldMembers(b, names, vals)
+}
+
+// appendFieldMembers appends the object of the members names[i]: vals[i],
+// names sorted.
+func appendFieldMembers(b []byte, names []string, vals []node.FieldJSON) ([]byte, bool) {
 	b = append(b, '{')
 	for i, name := range names {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		fj := f[name]
+		fj := &vals[i]
 		var ok bool
 		b = appendJSONString(b, name)
 		b = append(b, `:{"text":`...)
@@ -101,19 +121,6 @@ func appendFieldsJSON(b []byte, f node.FieldsJSON) ([]byte, bool) {
 		b = append(b, '}')
 	}
 	return append(b, '}'), true
-}
-
-// hasOnly reports whether f's keys are exactly names (which are distinct).
-func hasOnly(f node.FieldsJSON, names []string) bool {
-	if len(f) != len(names) {
-		return false
-	}
-	for _, n := range names {
-		if _, ok := f[n]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // appendJSONFloatPtr appends null for nil, else the number as json.Marshal
