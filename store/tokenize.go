@@ -485,6 +485,12 @@ func stemWord(w string) string {
 		// costs a pass over the word.
 		return w
 	}
+	return stemLetters(w)
+}
+
+// stemLetters is stemWord without its shortcut for numbers: the stop
+// words, the irregular forms and the snowball stemmer.
+func stemLetters(w string) string {
 	if english.IsStopWord(w) {
 		return ""
 	}
