@@ -9,14 +9,39 @@ import (
 	"github.com/cmbnode/cmbnode/e2e"
 )
 
+// keyCache is a small bounded cache of parsed keys: at most frameKeysMax
+// entries, and it starts over when full, so a peer spraying keys costs a
+// parse per record, as it would without the cache.
+type keyCache[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]V
+}
+
+const frameKeysMax = 1024
+
+func (c *keyCache[K, V]) get(k K) (V, bool) {
+	c.mu.Lock()
+	v, ok := c.m[k]
+	c.mu.Unlock()
+	return v, ok
+}
+
+func (c *keyCache[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= frameKeysMax {
+		c.m = make(map[K]V, 16)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
+
 // frameKeys caches the author keys frames carry, parsed, by their text:
 // every record of an author comes with the same two strings, and parsing
 // the X25519 one (DER, as the reference runtime sends it) cost more than
 // a tenth of a signature check per record. Only successful parses are
-// kept, at most frameKeysMax pairs; the cache starts over when full.
+// kept.
 type frameKeys struct {
-	mu sync.Mutex
-	m  map[[2]string]parsedKeys
+	c keyCache[[2]string, parsedKeys]
 }
 
 type parsedKeys struct {
@@ -24,18 +49,14 @@ type parsedKeys struct {
 	x   []byte
 }
 
-const frameKeysMax = 1024
-
 // parse returns the Ed25519 and X25519 keys of a frame ("" for absent),
 // as authorKeys needs them.
-func (c *frameKeys) parse(pub, x string) (parsedKeys, error) {
+func (f *frameKeys) parse(pub, x string) (parsedKeys, error) {
 	k := [2]string{pub, x}
-	c.mu.Lock()
-	p, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
+	if p, ok := f.c.get(k); ok {
 		return p, nil
 	}
+	var p parsedKeys
 	if pub != "" {
 		key, err := cmb.ParsePublicKey(pub)
 		if err != nil {
@@ -50,44 +71,28 @@ func (c *frameKeys) parse(pub, x string) (parsedKeys, error) {
 		}
 		p.x = key.Bytes()
 	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= frameKeysMax {
-		c.m = make(map[[2]string]parsedKeys, 16)
-	}
-	c.m[k] = p
-	c.mu.Unlock()
+	f.c.put(k, p)
 	return p, nil
 }
 
 // verifyKeys keeps author keys decoded for verification (cmb.VerifyKey),
 // by key: decoding is about a tenth of a signature check, and a group's
-// records come from few authors. At most frameKeysMax keys are kept; the
-// cache starts over when full, so a peer spraying keys costs a decode per
-// record, as it did without the cache.
+// records come from few authors.
 type verifyKeys struct {
-	mu sync.Mutex
-	m  map[[ed25519.PublicKeySize]byte]*cmb.VerifyKey
+	c keyCache[[ed25519.PublicKeySize]byte, *cmb.VerifyKey]
 }
 
 // get returns pub decoded, or nil when pub is not a key's length (the
 // signature check then reports the length).
-func (c *verifyKeys) get(pub ed25519.PublicKey) *cmb.VerifyKey {
+func (v *verifyKeys) get(pub ed25519.PublicKey) *cmb.VerifyKey {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil
 	}
 	k := [ed25519.PublicKeySize]byte(pub)
-	c.mu.Lock()
-	v := c.m[k]
-	c.mu.Unlock()
-	if v != nil {
-		return v
+	if vk, ok := v.c.get(k); ok {
+		return vk
 	}
-	v = cmb.NewVerifyKey(pub)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= frameKeysMax {
-		c.m = make(map[[ed25519.PublicKeySize]byte]*cmb.VerifyKey, 16)
-	}
-	c.m[k] = v
-	c.mu.Unlock()
-	return v
+	vk := cmb.NewVerifyKey(pub)
+	v.c.put(k, vk)
+	return vk
 }

@@ -26,8 +26,8 @@ func TestVerifyKeysCache(t *testing.T) {
 	for i := 0; i < 3*frameKeysMax; i++ {
 		p, _, _ := ed25519.GenerateKey(nil)
 		c.get(p)
-		if len(c.m) > frameKeysMax {
-			t.Fatalf("the cache holds %d keys, more than %d", len(c.m), frameKeysMax)
+		if len(c.c.m) > frameKeysMax {
+			t.Fatalf("the cache holds %d keys, more than %d", len(c.c.m), frameKeysMax)
 		}
 	}
 }
